@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Intent: end-to-end test of scripts/sweep.sh with the real trainer: a 2x2 sweep (gradient_accumulation_steps x
+# grad_dtype) on a tiny model must give four `ok` rows, and running it again must skip all four.
+# Cost: four 3-step trainer runs of a 2-layer, 32-wide model (seconds on a CPU), then a re-run that trains nothing.
+#
+# Usage: tests/sweep_test.sh [TRAINER]   (or TRAINER=path; default <repo>/build/trainer)
+# Exit: 0 pass; 1 fail (the sweep directory is kept and its path printed).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export TRAINER=${1:-${TRAINER:-$repo/build/trainer}}
+[[ -x $TRAINER ]] || { echo "sweep_test: no trainer binary at $TRAINER" >&2 && exit 1; }
+
+tmp=$(mktemp -d)
+out=$tmp/sw
+fail() {
+  echo "sweep_test: FAIL: $*" >&2
+  echo "sweep_test: sweep directory kept at $out" >&2
+  exit 1
+}
+
+sweep() {
+  "$repo/scripts/sweep.sh" base.yml gradient_accumulation_steps=1,2 grad_dtype=float32,bfloat16 \
+    steps=3 base_emb_dim=32 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 base_mlp_dim=64 \
+    head_dim=16 base_num_query_heads=2 base_num_kv_heads=1 per_device_batch_size=2 --out "$out"
+}
+
+echo "== first sweep"
+rc=0
+first=$(sweep 2>&1) || rc=$?
+echo "$first"
+((rc == 0)) || fail "first sweep exited $rc"
+
+[[ -f $out/summary.csv && -f $out/summary.md ]] || fail "no summary.csv / summary.md in $out"
+ok_rows=$(awk -F, 'NR > 1 && $NF == "ok"' "$out/summary.csv" | wc -l)
+((ok_rows == 4)) || fail "expected 4 ok rows in summary.csv, got $ok_rows"
+# Every ok row must carry a final loss: a sweep that cannot find its numbers is not a working sweep.
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "final_loss") c = i; next } $c == "-" { exit 1 }' \
+  "$out/summary.csv" || fail "a row has no final_loss"
+for run in gradient_accumulation_steps-{1,2}_grad_dtype-{float32,bfloat16}; do
+  [[ -f $out/$run/summary.json ]] || fail "missing $out/$run/summary.json"
+  [[ -f $out/$run.log ]] || fail "missing log $out/$run.log"
+done
+
+echo "== second sweep (must skip every run)"
+rc=0
+second=$(sweep 2>&1) || rc=$?
+echo "$second"
+((rc == 0)) || fail "second sweep exited $rc"
+skipped=$(grep -c ': skipped' <<<"$second" || true)
+((skipped == 4)) || fail "expected 4 skipped runs on re-run, got $skipped"
+ok_rows=$(awk -F, 'NR > 1 && $NF == "ok"' "$out/summary.csv" | wc -l)
+((ok_rows == 4)) || fail "expected 4 ok rows after re-run, got $ok_rows"
+
+rm -rf "$tmp"
+echo "sweep_test: PASS"
