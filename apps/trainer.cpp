@@ -1,0 +1,90 @@
+// trainer CONFIG [key=value ...]: trains the decoder with gradient accumulation into a shadow tree.
+// Exit codes: 0 success, 1 runtime failure, 2 bad input (config, data, run directory, command line).
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
+
+#include "config/ConfigLoader.h"
+#include "config/ConfigWriter.h"
+#include "train/Training.h"
+#include "util/Errors.h"
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+
+// The project's configs/ directory: next to the build directory that holds this binary, else the source tree.
+std::string configs_dir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto candidate = exe.parent_path().parent_path() / "configs";
+    if (std::filesystem::is_directory(candidate, ec)) return candidate.string();
+  }
+  return SHADOWGRAD_SOURCE_DIR "/configs";
+}
+
+int fail(int code, const std::string& message) {
+  std::cerr << "error: " << message << std::endl;
+  return code;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shadowgrad trainer: gradient accumulation into a grad_dtype shadow tree.\n"
+               "CONFIG is looked up in the current directory, then in the project's configs/."};
+  std::string config_arg;
+  std::vector<std::string> overrides;
+  bool print_config = false, help_config = false, help_config_md = false;
+  app.add_option("config", config_arg, "YAML config file, e.g. base.yml");
+  app.add_option("overrides", overrides, "key=value overrides, e.g. gradient_accumulation_steps=4");
+  app.add_flag("--print-config", print_config, "print the resolved config as YAML and exit (without CONFIG: the defaults)");
+  app.add_flag("--help-config", help_config, "list every config key with type, default and help, and exit");
+  app.add_flag("--help-config-markdown", help_config_md, "the same as a Markdown table (docs/config.md)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(kExitBadInput, e.what());
+  }
+
+  if (help_config || help_config_md) {
+    std::cout << (help_config_md ? shadowgrad::config::markdown_reference() : shadowgrad::config::help_text());
+    return 0;
+  }
+  if (print_config && config_arg.empty()) {  // the schema's defaults: this is how configs/base.yml is made
+    std::cout << shadowgrad::config::to_yaml(shadowgrad::config::Config{});
+    return 0;
+  }
+  if (config_arg.empty()) return fail(kExitBadInput, "missing CONFIG; usage: trainer CONFIG [key=value ...]");
+
+  try {
+    auto path = shadowgrad::config::resolve_config_path(config_arg, configs_dir());
+    auto cfg = shadowgrad::config::load_config(path, overrides);
+    if (print_config) {
+      std::cout << shadowgrad::config::to_yaml(cfg);
+      return 0;
+    }
+    shadowgrad::train::Training training(cfg);
+    auto summary = training.run();
+    spdlog::info("done: {} steps | loss {:.4f} -> {:.4f} | {:.0f} tokens/s average | {}", summary.steps,
+                 summary.first_loss, summary.final_loss, summary.avg_tokens_per_s, summary.run_dir);
+    return 0;
+  } catch (const shadowgrad::InputError& e) {
+    return fail(kExitBadInput, e.what());
+  } catch (const c10::Error& e) {
+    return fail(kExitFailure, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(kExitFailure, e.what());
+  }
+}

@@ -1,0 +1,116 @@
+#include "accumulate/ShadowAccumulator.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/optim/optimizer.h>
+
+namespace shadowgrad::accumulate {
+
+struct ShadowAccumulator::State {
+  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> shadows;
+  // Holding the AccumulateGrad nodes keeps them (and our hooks on them) alive across graphs; the same
+  // technique DDP's Reducer uses.
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_nodes;
+  std::vector<uintptr_t> hook_keys;
+  c10::ScalarType grad_dtype;
+  bool open = false;
+  int64_t folds = 0;
+
+  // Runs right after autograd stored a microbatch's gradient in params[i].grad(): fold it, free it.
+  void fold(size_t i) {
+    if (!open) return;
+    at::Tensor& grad = params[i].mutable_grad();
+    if (!grad.defined()) return;
+    shadows[i].add_(grad);  // fp32 math, rounded once into grad_dtype
+    grad.reset();
+    ++folds;
+  }
+};
+
+ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10::ScalarType grad_dtype)
+    : state_(std::make_shared<State>()) {
+  auto& s = *state_;
+  s.grad_dtype = grad_dtype;
+  for (const auto& p : params) {
+    if (!p.requires_grad()) continue;
+    if (!p.is_leaf()) throw std::invalid_argument("ShadowAccumulator: parameters must be leaf tensors");
+    s.params.push_back(p);
+    // Allocated once and reused every step.
+    s.shadows.push_back(at::zeros_like(p, p.options().dtype(grad_dtype)));
+  }
+  std::weak_ptr<State> weak = state_;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    auto node = torch::autograd::impl::grad_accumulator(s.params[i]);
+    s.hook_keys.push_back(node->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          if (auto state = weak.lock()) state->fold(i);
+          return outputs;
+        })));
+    s.grad_nodes.push_back(std::move(node));
+  }
+}
+
+ShadowAccumulator::~ShadowAccumulator() {
+  for (size_t i = 0; i < state_->grad_nodes.size(); ++i) state_->grad_nodes[i]->del_post_hook(state_->hook_keys[i]);
+}
+
+void ShadowAccumulator::begin() {
+  for (const auto& p : state_->params)
+    if (p.grad().defined())
+      throw std::logic_error("ShadowAccumulator::begin: a parameter already has .grad; it would be folded twice");
+  state_->open = true;
+  state_->folds = 0;
+}
+
+void ShadowAccumulator::end() { state_->open = false; }
+
+double ShadowAccumulator::global_norm() const {
+  std::vector<at::Tensor> norms;
+  norms.reserve(state_->shadows.size());
+  // Each norm is accumulated in fp32 from the grad_dtype tensor, one parameter at a time.
+  for (const auto& s : state_->shadows) norms.push_back(at::linalg_vector_norm(s, 2, c10::nullopt, false, at::kFloat));
+  if (norms.empty()) return 0.0;
+  return at::linalg_vector_norm(at::stack(norms)).item<double>();
+}
+
+void ShadowAccumulator::scale_(double factor) {
+  // Scalar multiplication of a bf16/fp16 tensor computes in fp32 and rounds once per element.
+  for (auto& s : state_->shadows) s.mul_(factor);
+}
+
+double ShadowAccumulator::clip_global_norm_(double max_norm) {
+  double norm = global_norm();
+  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) scale_(max_norm / (norm + 1e-6));
+  return norm;
+}
+
+void ShadowAccumulator::step(torch::optim::Optimizer& optimizer) {
+  auto& s = *state_;
+  for (size_t i = 0; i < s.params.size(); ++i) s.params[i].mutable_grad() = s.shadows[i];
+  optimizer.step();
+  for (size_t i = 0; i < s.params.size(); ++i) s.params[i].mutable_grad() = at::Tensor();
+  zero_();
+}
+
+void ShadowAccumulator::zero_() {
+  for (auto& s : state_->shadows) s.zero_();
+}
+
+const std::vector<at::Tensor>& ShadowAccumulator::params() const { return state_->params; }
+const std::vector<at::Tensor>& ShadowAccumulator::shadows() const { return state_->shadows; }
+c10::ScalarType ShadowAccumulator::grad_dtype() const { return state_->grad_dtype; }
+int64_t ShadowAccumulator::folds() const { return state_->folds; }
+
+int64_t ShadowAccumulator::bytes() const {
+  int64_t total = 0;
+  for (const auto& s : state_->shadows) total += s.numel() * static_cast<int64_t>(s.element_size());
+  return total;
+}
+
+} // namespace shadowgrad::accumulate

@@ -1,0 +1,68 @@
+#pragma once
+// The gradient-accumulation engine: a shadow tree of one tensor per trainable parameter, held in
+// grad_dtype, into which every microbatch's gradient is folded the moment autograd produces it.
+// Works with any torch::nn::Module: it only needs the parameter list.
+//
+//   ShadowAccumulator acc(module->parameters(), at::kBFloat16);
+//   acc.begin();
+//   for (auto& mb : microbatches) (loss_sum(mb) / global_valid_tokens).backward();
+//   acc.end();                                  // no p.grad() is defined now
+//   double norm = acc.clip_global_norm_(1.0);   // fp32 norm, per-parameter scaling
+//   acc.step(optimizer);                        // optimizer reads the shadow as .grad; shadow zeroed
+//
+// How the fold works (see docs/how-ga-works.md): a post-hook on each parameter's AccumulateGrad node
+// runs the moment autograd has stored that parameter's gradient; it adds it into the shadow tensor
+// (`shadow.add_(g)`: the sum is computed in fp32 and rounded once into grad_dtype) and frees it. So
+// at most one parameter's fp32 gradient is alive at a time, p.grad() is undefined whenever user code
+// can look, and no fp32 gradient tree ever exists. Outside begin()/end() the hooks do nothing and
+// backward() behaves as usual.
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace shadowgrad::accumulate {
+
+class ShadowAccumulator {
+ public:
+  // `params`: the trainable parameters (those without requires_grad are ignored).
+  ShadowAccumulator(const std::vector<at::Tensor>& params, c10::ScalarType grad_dtype);
+  ~ShadowAccumulator();
+  ShadowAccumulator(const ShadowAccumulator&) = delete;
+  ShadowAccumulator& operator=(const ShadowAccumulator&) = delete;
+
+  // Opens an accumulation window: gradients from backward() are folded into the shadow tree.
+  void begin();
+  // Closes the window.
+  void end();
+
+  // Global L2 norm of the shadow tree, computed in fp32.
+  double global_norm() const;
+  // Multiplies every shadow tensor by `factor`, parameter by parameter, in fp32 math stored back in grad_dtype.
+  void scale_(double factor);
+  // If `max_norm` > 0 and the norm exceeds it, scales to max_norm. Returns the norm before clipping.
+  double clip_global_norm_(double max_norm);
+
+  // Lends the shadow tree to `optimizer` as .grad, runs one step, then zeroes the shadow and unsets .grad.
+  void step(torch::optim::Optimizer& optimizer);
+  // Zeroes the shadow tree without an update (e.g. a skipped step).
+  void zero_();
+
+  const std::vector<at::Tensor>& params() const;
+  const std::vector<at::Tensor>& shadows() const;
+  c10::ScalarType grad_dtype() const;
+  // Bytes held by the shadow tree.
+  int64_t bytes() const;
+  // How many gradients were folded in the current or last window (one per parameter per microbatch).
+  int64_t folds() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+} // namespace shadowgrad::accumulate

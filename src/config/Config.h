@@ -1,0 +1,31 @@
+#pragma once
+// The resolved configuration: one typed field per key in ConfigKeys.def.
+//
+//   shadowgrad::config::Config cfg = shadowgrad::config::load_config("configs/base.yml", {"steps=10"});
+//   cfg.gradient_accumulation_steps  // int64_t
+#include <cstdint>
+#include <string>
+
+namespace shadowgrad::config {
+
+struct Config {
+#define SG_SECTION(title)
+#define SG_INT(name, def, min, help) int64_t name = def;
+#define SG_FLOAT(name, def, min, max, help) double name = def;
+#define SG_BOOL(name, def, help) bool name = def;
+#define SG_STRING(name, def, help) std::string name = def;
+#define SG_ENUM(name, def, choices, help) std::string name = def;
+#include "config/ConfigKeys.def"
+#undef SG_SECTION
+#undef SG_INT
+#undef SG_FLOAT
+#undef SG_BOOL
+#undef SG_STRING
+#undef SG_ENUM
+
+  // Examples in one global batch on one process: per_device_batch_size x gradient_accumulation_steps.
+  int64_t local_batch() const { return per_device_batch_size * gradient_accumulation_steps; }
+  int64_t schedule_steps() const { return learning_rate_schedule_steps < 0 ? steps : learning_rate_schedule_steps; }
+};
+
+} // namespace shadowgrad::config

@@ -1,0 +1,111 @@
+#include "config/ConfigLoader.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "config/ConfigSchema.h"
+#include "util/Errors.h"
+
+namespace shadowgrad::config {
+namespace {
+
+const KeySpec& known_key(const std::string& name, const std::string& where) {
+  if (const KeySpec* key = find_key(name)) return *key;
+  std::string hint = suggest_key(name);
+  throw ConfigError(fmt::format("{}unknown config key '{}'{}", where, name,
+                                hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+}
+
+std::string read_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw ConfigError(fmt::format("config file '{}' does not exist", path));
+  if (fs::is_directory(path, ec)) throw ConfigError(fmt::format("config file '{}' is a directory", path));
+  std::ifstream in(path);
+  if (!in) throw ConfigError(fmt::format("config file '{}' cannot be read", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+} // namespace
+
+std::string resolve_config_path(const std::string& arg, const std::string& configs_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(arg, ec) || configs_dir.empty() || fs::path(arg).is_absolute()) return arg;
+  fs::path candidate = fs::path(configs_dir) / arg;
+  return fs::exists(candidate, ec) ? candidate.string() : arg;
+}
+
+void apply_overrides(Config& cfg, const std::vector<std::string>& overrides) {
+  std::set<std::string> seen;
+  for (const auto& item : overrides) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw ConfigError(fmt::format("override '{}' is not of the form key=value", item));
+    std::string name = item.substr(0, eq);
+    const KeySpec& key = known_key(name, "");
+    if (!seen.insert(name).second)
+      throw ConfigError(fmt::format("config key '{}' is overridden twice; give it once", name));
+    key.set(cfg, item.substr(eq + 1));
+  }
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::string text = read_file(path);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.msg));
+  }
+  Config cfg;
+  if (!root.IsNull() && !root.IsMap())
+    throw ConfigError(fmt::format("{}: expected a YAML map of key: value lines", path));
+  std::set<std::string> seen;
+  for (const auto& entry : root) {
+    std::string where = fmt::format("{}:{}: ", path, entry.first.Mark().line + 1);
+    std::string name = entry.first.as<std::string>();
+    const KeySpec& key = known_key(name, where);
+    if (!seen.insert(name).second) throw ConfigError(fmt::format("{}config key '{}' appears twice", where, name));
+    if (!entry.second.IsScalar() && !entry.second.IsNull())
+      throw ConfigError(fmt::format("{}config key '{}' must be a single value, not a list or map", where, name));
+    try {
+      key.set(cfg, entry.second.IsNull() ? "" : entry.second.Scalar());
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + e.what());
+    }
+  }
+  apply_overrides(cfg, overrides);
+  validate(cfg);
+  return cfg;
+}
+
+void validate(const Config& c) {
+  auto fail = [](const std::string& msg) { throw ConfigError(msg); };
+  if (c.base_num_query_heads % c.base_num_kv_heads != 0)
+    fail(fmt::format("base_num_query_heads ({}) must be a multiple of base_num_kv_heads ({})",
+                     c.base_num_query_heads, c.base_num_kv_heads));
+  if (c.head_dim % 2 != 0) fail(fmt::format("head_dim ({}) must be even for RoPE", c.head_dim));
+  if (c.dataset_type == "text" && c.dataset_path.empty())
+    fail("dataset_type=text needs dataset_path=<a text file>");
+  if (c.dataset_type == "synthetic" && !c.dataset_path.empty())
+    fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text to use it",
+                     c.dataset_path));
+  // Keep one global batch within reason: 2^20 sequences would not fit in memory anyway.
+  if (c.local_batch() > (int64_t(1) << 20))
+    fail(fmt::format("per_device_batch_size ({}) x gradient_accumulation_steps ({}) is too large; "
+                     "keep the global batch under 1048576 sequences",
+                     c.per_device_batch_size, c.gradient_accumulation_steps));
+  if (c.run_name.find('/') != std::string::npos || c.run_name == "." || c.run_name == "..")
+    fail(fmt::format("run_name '{}' must be a plain directory name", c.run_name));
+  if (c.base_output_directory.empty()) fail("base_output_directory must not be empty");
+}
+
+} // namespace shadowgrad::config

@@ -1,0 +1,29 @@
+#pragma once
+// Loading a config: YAML file first, then key=value overrides, then cross-field validation.
+//
+//   auto path = shadowgrad::config::resolve_config_path("base.yml", "/repo/configs");
+//   auto cfg  = shadowgrad::config::load_config(path, {"gradient_accumulation_steps=4"});
+//
+// Every failure throws ConfigError with one line naming the file, line, key or value at fault.
+#include <string>
+#include <vector>
+
+#include "config/Config.h"
+
+namespace shadowgrad::config {
+
+// `arg` as given if it exists (relative to the current directory), else `configs_dir/arg`.
+std::string resolve_config_path(const std::string& arg, const std::string& configs_dir);
+
+// Reads the YAML file (a flat map of schema keys), applies the overrides in order, then validates.
+// A key given twice, in the file or among the overrides, is an error: a sweep that sets a key twice
+// is almost always a mistake, and silently picking one hides it.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// Applies "key=value" overrides to `cfg` (without validating the result).
+void apply_overrides(Config& cfg, const std::vector<std::string>& overrides);
+
+// Cross-field checks, e.g. base_num_query_heads % base_num_kv_heads == 0.
+void validate(const Config& cfg);
+
+} // namespace shadowgrad::config

@@ -1,0 +1,36 @@
+#pragma once
+// The schema: what ConfigKeys.def declares, as data. Parsing of YAML and of key=value overrides,
+// base.yml, --help-config and docs/config.md are all driven by this one table.
+//
+//   for (const auto& key : shadowgrad::config::schema()) std::cout << key.name << ": " << key.help;
+//   shadowgrad::config::find_key("steps")->set(cfg, "20");   // throws ConfigError on "twenty"
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/Config.h"
+
+namespace shadowgrad::config {
+
+struct KeySpec {
+  std::string section;
+  std::string name;
+  std::string type;          // "int", "float", "bool", "string" or "enum"
+  std::string constraint;    // human text: ">= 1", "in [0, 1]", "float32|bfloat16"
+  std::string default_text;  // the default, formatted as YAML
+  std::string help;
+  // Parses `text`, checks type and range, and stores it. Throws ConfigError naming key, value and expectation.
+  std::function<void(Config&, const std::string& text)> set;
+  // The current value formatted as YAML.
+  std::function<std::string(const Config&)> get;
+};
+
+const std::vector<KeySpec>& schema();
+
+// nullptr when there is no such key.
+const KeySpec* find_key(const std::string& name);
+
+// The closest key name by edit distance, or "" when nothing is close.
+std::string suggest_key(const std::string& unknown);
+
+} // namespace shadowgrad::config

@@ -1,0 +1,24 @@
+#pragma once
+// Byte-level language modelling on a real text file: token = byte value. Each example is a window of
+// max_length + 1 bytes at an offset drawn from (seed, step, index). The file is read once and validated:
+// it must exist, be readable, hold more than max_length bytes, contain no NUL byte (binary files are
+// rejected), and every byte must be < vocab_size.
+#include <string>
+#include <vector>
+
+#include "data/DataSource.h"
+
+namespace shadowgrad::data {
+
+class TextSource : public DataSource {
+ public:
+  TextSource(const std::string& path, uint64_t seed, int64_t vocab_size, int64_t max_length);
+  Batch examples(int64_t step, int64_t first, int64_t count) const override;
+
+ private:
+  std::vector<uint8_t> bytes_;
+  uint64_t seed_;
+  int64_t max_length_;
+};
+
+} // namespace shadowgrad::data

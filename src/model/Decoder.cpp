@@ -1,0 +1,135 @@
+#include "model/Decoder.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include "config/Config.h"
+#include "util/Errors.h"
+
+namespace shadowgrad::model {
+
+c10::ScalarType dtype_from_name(const std::string& name) {
+  if (name == "float32") return c10::kFloat;
+  if (name == "bfloat16") return c10::kBFloat16;
+  if (name == "float16") return c10::kHalf;
+  throw ConfigError(fmt::format("unknown dtype '{}': expected float32, bfloat16 or float16", name));
+}
+
+DecoderOptions DecoderOptions::from_config(const config::Config& c) {
+  DecoderOptions o;
+  o.vocab_size = c.vocab_size;
+  o.emb_dim = c.base_emb_dim;
+  o.num_query_heads = c.base_num_query_heads;
+  o.num_kv_heads = c.base_num_kv_heads;
+  o.head_dim = c.head_dim;
+  o.mlp_dim = c.base_mlp_dim;
+  o.num_layers = c.base_num_decoder_layers;
+  o.max_length = c.max_target_length;
+  o.norm_eps = c.normalization_layer_epsilon;
+  o.rope_max_timescale = c.rope_max_timescale;
+  o.compute_dtype = dtype_from_name(c.dtype);
+  o.weight_dtype = dtype_from_name(c.weight_dtype);
+  o.init_seed = static_cast<uint64_t>(c.init_weights_seed);
+  return o;
+}
+
+DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
+  if (o.num_query_heads % o.num_kv_heads != 0)
+    throw ConfigError(fmt::format("num_query_heads ({}) must be a multiple of num_kv_heads ({})", o.num_query_heads,
+                                  o.num_kv_heads));
+  // Initialise on CPU in fp32 from one generator, in a fixed order, so weights depend only on init_seed.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(o.init_seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * o.num_layers);
+  auto param = [&](const std::string& name, std::vector<int64_t> shape, double std) {
+    torch::Tensor t = std > 0 ? at::empty(shape, at::kFloat).normal_(0, std, gen) : at::ones(shape, at::kFloat);
+    return register_parameter(name, t.to(o.weight_dtype));
+  };
+  const int64_t E = o.emb_dim, Q = o.num_query_heads * o.head_dim, KV = o.num_kv_heads * o.head_dim;
+  embedding_ = param("embedding", {o.vocab_size, E}, 1.0);
+  for (int64_t i = 0; i < o.num_layers; ++i) {
+    const std::string p = fmt::format("layer{}_", i);
+    Block b;
+    b.attn_norm = param(p + "attn_norm", {E}, 0);
+    b.wq = param(p + "wq", {Q, E}, 0.02);
+    b.wk = param(p + "wk", {KV, E}, 0.02);
+    b.wv = param(p + "wv", {KV, E}, 0.02);
+    b.wo = param(p + "wo", {E, Q}, residual_std);
+    b.mlp_norm = param(p + "mlp_norm", {E}, 0);
+    b.w_gate = param(p + "w_gate", {o.mlp_dim, E}, 0.02);
+    b.w_up = param(p + "w_up", {o.mlp_dim, E}, 0.02);
+    b.w_down = param(p + "w_down", {E, o.mlp_dim}, residual_std);
+    blocks_.push_back(b);
+  }
+  final_norm_ = param("final_norm", {E}, 0);
+  output_ = param("output", {o.vocab_size, E}, 0.02);
+
+  // RoPE tables are computed once, in fp64, and stored in the compute dtype (half-split convention).
+  const int64_t half = o.head_dim / 2;
+  auto inv_freq = at::pow(o.rope_max_timescale, -at::arange(half, at::kDouble) / double(half));
+  auto angles = at::outer(at::arange(o.max_length, at::kDouble), inv_freq);  // [T, D/2]
+  rope_cos_ = register_buffer("rope_cos", at::cat({angles.cos(), angles.cos()}, -1).to(o.compute_dtype));
+  rope_sin_ = register_buffer("rope_sin", at::cat({angles.sin(), angles.sin()}, -1).to(o.compute_dtype));
+  causal_mask_ = register_buffer(
+      "causal_mask",
+      at::full({o.max_length, o.max_length}, -std::numeric_limits<float>::infinity(), at::kFloat).triu(1));
+}
+
+torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
+  return weight.scalar_type() == options_.compute_dtype ? weight : weight.to(options_.compute_dtype);
+}
+
+torch::Tensor DecoderImpl::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
+  // Normalise in fp32: a bf16 mean of squares loses too much precision.
+  auto xf = x.to(at::kFloat);
+  auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, true) + options_.norm_eps);
+  return (normed * weight.to(at::kFloat)).to(options_.compute_dtype);
+}
+
+torch::Tensor DecoderImpl::apply_rope(const torch::Tensor& x) const {
+  const int64_t T = x.size(2), half = x.size(3) / 2;
+  auto cos = rope_cos_.slice(0, 0, T), sin = rope_sin_.slice(0, 0, T);
+  auto rotated = at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x) {
+  const auto& o = options_;
+  const int64_t B = x.size(0), T = x.size(1), G = o.num_kv_heads, R = o.num_query_heads / o.num_kv_heads;
+  auto h = rms_norm(x, b.attn_norm);
+  auto q = apply_rope(at::linear(h, compute(b.wq)).view({B, T, o.num_query_heads, o.head_dim}).transpose(1, 2));
+  auto k = apply_rope(at::linear(h, compute(b.wk)).view({B, T, G, o.head_dim}).transpose(1, 2));
+  auto v = at::linear(h, compute(b.wv)).view({B, T, G, o.head_dim}).transpose(1, 2);
+  // Grouped-query attention without copying K/V: the R query heads of a group are stacked along the
+  // row dimension, so one batched matmul per group serves them all.
+  auto qg = q.reshape({B, G, R * T, o.head_dim});
+  auto scores = at::matmul(qg, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(double(o.head_dim)));
+  auto masked = scores.view({B, G, R, T, T}).to(at::kFloat) + causal_mask_.slice(0, 0, T).slice(1, 0, T);
+  auto probs = at::softmax(masked, -1).to(o.compute_dtype).view({B, G, R * T, T});
+  auto out = at::matmul(probs, v).view({B, o.num_query_heads, T, o.head_dim});
+  return at::linear(out.transpose(1, 2).reshape({B, T, o.num_query_heads * o.head_dim}), compute(b.wo));
+}
+
+torch::Tensor DecoderImpl::mlp(const Block& b, const torch::Tensor& x) {
+  auto h = rms_norm(x, b.mlp_norm);
+  auto gated = at::silu(at::linear(h, compute(b.w_gate))) * at::linear(h, compute(b.w_up));
+  return at::linear(gated, compute(b.w_down));
+}
+
+torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens) {
+  if (tokens.dim() != 2 || tokens.size(1) > options_.max_length)
+    throw std::invalid_argument(fmt::format("tokens must be [batch, <= {}], got {}", options_.max_length,
+                                            c10::str(tokens.sizes())));
+  // Gather first, then cast: only the rows in use are converted.
+  auto x = compute(embedding_.index_select(0, tokens.flatten())).view({tokens.size(0), tokens.size(1), -1});
+  for (const auto& b : blocks_) {
+    x = x + attention(b, x);
+    x = x + mlp(b, x);
+  }
+  return at::linear(rms_norm(x, final_norm_), compute(output_));
+}
+
+} // namespace shadowgrad::model

@@ -1,0 +1,47 @@
+#pragma once
+// A decoder-only transformer: token embedding; N pre-norm blocks of
+// [RMSNorm -> grouped-query causal attention with RoPE] and [RMSNorm -> gated SiLU MLP];
+// a final RMSNorm and an untied output projection.
+//
+//   shadowgrad::model::Decoder model(options);
+//   torch::Tensor logits = model->forward(tokens);   // tokens [B,T] int64 -> logits [B,T,V] in compute dtype
+//
+// Weights are stored in options.weight_dtype and cast to options.compute_dtype where they are used, so
+// bf16 compute trains fp32 master weights. Right padding needs no attention mask beyond the causal one:
+// a valid token never attends to a later (padded) position.
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "model/DecoderOptions.h"
+
+namespace shadowgrad::model {
+
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const DecoderOptions& options);
+
+  torch::Tensor forward(const torch::Tensor& tokens);
+
+  const DecoderOptions& options() const { return options_; }
+
+ private:
+  struct Block {
+    torch::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+  };
+
+  torch::Tensor attention(const Block& b, const torch::Tensor& x);
+  torch::Tensor mlp(const Block& b, const torch::Tensor& x);
+  torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  torch::Tensor apply_rope(const torch::Tensor& x) const;  // x [B,H,T,D]
+  torch::Tensor compute(const torch::Tensor& weight) const;
+
+  DecoderOptions options_;
+  torch::Tensor embedding_, final_norm_, output_;
+  std::vector<Block> blocks_;
+  torch::Tensor rope_cos_, rope_sin_;  // [max_length, head_dim], compute dtype
+  torch::Tensor causal_mask_;          // [max_length, max_length], 0 or -inf, float32
+};
+
+TORCH_MODULE(Decoder);
+
+} // namespace shadowgrad::model

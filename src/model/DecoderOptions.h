@@ -1,0 +1,35 @@
+#pragma once
+// Shape and dtypes of the decoder, separate from the full config so the model can be built without it.
+#include <cstdint>
+#include <string>
+
+#include <c10/core/ScalarType.h>
+
+namespace shadowgrad::config {
+struct Config;
+}
+
+namespace shadowgrad::model {
+
+struct DecoderOptions {
+  int64_t vocab_size = 64;
+  int64_t emb_dim = 32;
+  int64_t num_query_heads = 2;
+  int64_t num_kv_heads = 1;
+  int64_t head_dim = 16;
+  int64_t mlp_dim = 64;
+  int64_t num_layers = 2;
+  int64_t max_length = 16;
+  double norm_eps = 1e-6;
+  double rope_max_timescale = 10000;
+  c10::ScalarType compute_dtype = c10::kFloat;
+  c10::ScalarType weight_dtype = c10::kFloat;
+  uint64_t init_seed = 0;
+
+  static DecoderOptions from_config(const config::Config& cfg);
+};
+
+// "float32" -> kFloat, "bfloat16" -> kBFloat16, "float16" -> kHalf.
+c10::ScalarType dtype_from_name(const std::string& name);
+
+} // namespace shadowgrad::model

@@ -1,0 +1,25 @@
+#include "train/OptimizerFactory.h"
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include "config/Config.h"
+
+namespace shadowgrad::train {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::Config& c, const std::vector<at::Tensor>& params) {
+  using namespace torch::optim;
+  if (c.opt_type == "adam")
+    return std::make_unique<Adam>(
+        params, AdamOptions(c.learning_rate).betas({c.adam_b1, c.adam_b2}).eps(c.adam_eps).weight_decay(c.adam_weight_decay));
+  if (c.opt_type == "sgd") return std::make_unique<SGD>(params, SGDOptions(c.learning_rate).weight_decay(c.adam_weight_decay));
+  return std::make_unique<AdamW>(
+      params, AdamWOptions(c.learning_rate).betas({c.adam_b1, c.adam_b2}).eps(c.adam_eps).weight_decay(c.adam_weight_decay));
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+} // namespace shadowgrad::train

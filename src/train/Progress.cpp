@@ -1,0 +1,41 @@
+#include "train/Progress.h"
+
+#include <cstdio>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace shadowgrad::train {
+
+std::string format_progress(const ProgressLine& p, int64_t total_steps) {
+  std::string mem = p.peak_bytes >= 0 ? fmt::format(" | peak {:.1f} MiB", p.peak_bytes / 1048576.0) : "";
+  return fmt::format("step {}/{} | loss {:.4f} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s", p.step,
+                     total_steps, p.loss, p.grad_norm, p.lr, p.tokens_per_s, mem, p.eta_s);
+}
+
+Progress::Progress(int64_t total_steps, int64_t log_period, bool live)
+    : total_steps_(total_steps), log_period_(log_period), live_(live) {}
+
+void Progress::update(const ProgressLine& p) {
+  const bool keep = p.step % log_period_ == 0 || p.step == total_steps_ || p.step == 1;
+  if (!live_) {
+    if (keep) spdlog::info("{}", format_progress(p, total_steps_));
+    return;
+  }
+  std::fputs(fmt::format("\r\033[K{}", format_progress(p, total_steps_)).c_str(), stdout);
+  line_open_ = !keep;
+  if (keep) std::fputs("\n", stdout);
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (line_open_) std::fputs("\n", stdout);
+  line_open_ = false;
+  std::fflush(stdout);
+}
+
+bool stdout_is_terminal() { return isatty(fileno(stdout)) == 1; }
+
+} // namespace shadowgrad::train

@@ -1,0 +1,40 @@
+#include "train/Runtime.h"
+
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <ATen/Context.h>
+#include <fmt/format.h>
+
+#include "util/Errors.h"
+
+namespace shadowgrad::train {
+
+int configure_threads(int64_t requested) {
+  // LibTorch here defaults to one thread; every core is what a user expects from num_threads=0.
+  int n = requested > 0 ? static_cast<int>(requested) : static_cast<int>(std::thread::hardware_concurrency());
+  at::set_num_threads(std::max(1, n));
+  return at::get_num_threads();
+}
+
+c10::Device resolve_device(const std::string& hardware) {
+  if (hardware == "cuda") {
+    if (!at::hasCUDA())
+      throw InputError("hardware=cuda, but this LibTorch build has no CUDA support or no GPU is visible; use "
+                       "hardware=cpu");
+    return c10::Device(c10::kCUDA, 0);
+  }
+  return c10::Device(c10::kCPU);
+}
+
+bool cpu_has_avx512_bf16() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) return line.find(" avx512_bf16") != std::string::npos;
+  return false;
+}
+
+} // namespace shadowgrad::train

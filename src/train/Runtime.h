@@ -1,0 +1,18 @@
+#pragma once
+// Process-level setup the trainer needs before the first step: threads, device, CPU capability checks.
+#include <string>
+
+#include <c10/core/Device.h>
+
+namespace shadowgrad::train {
+
+// Sets LibTorch's intra-op threads: `requested`, or every core when 0. Returns the count in use.
+int configure_threads(int64_t requested);
+
+// "cpu" or "cuda". Throws InputError for cuda when this LibTorch has no CUDA or sees no GPU.
+c10::Device resolve_device(const std::string& hardware);
+
+// Whether /proc/cpuinfo lists avx512_bf16. Without it, bf16 matmul on CPU is far slower than fp32.
+bool cpu_has_avx512_bf16();
+
+} // namespace shadowgrad::train

@@ -1,0 +1,65 @@
+#include "train/TrainStep.h"
+
+#include <chrono>
+
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include "config/Config.h"
+#include "data/DataSource.h"
+#include "model/DecoderOptions.h"
+#include "train/OptimizerFactory.h"
+#include "train/TokenLoss.h"
+
+namespace shadowgrad::train {
+
+TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::DataSource& source, c10::Device device)
+    : model_(std::move(model)),
+      source_(source),
+      device_(device),
+      micro_batch_(c.per_device_batch_size),
+      micro_steps_(c.gradient_accumulation_steps),
+      clip_threshold_(c.gradient_clipping_threshold),
+      schedule_(c.learning_rate, c.schedule_steps(), c.warmup_steps_fraction, c.cosine_learning_rate_final_fraction),
+      accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(),
+                                                                   model::dtype_from_name(c.grad_dtype))),
+      optimizer_(make_optimizer(c, model_->parameters())) {}
+
+TrainStep::~TrainStep() = default;
+
+Accumulated TrainStep::accumulate(int64_t step) {
+  // The whole global batch is known up front, so its valid-token count is too: every microbatch's
+  // loss sum is divided by that one number, and the folded sum is the big-batch gradient.
+  data::Batch batch = source_.examples(step, 0, micro_batch_ * micro_steps_);
+  const int64_t tokens = batch.valid_tokens();
+  const double inv_tokens = tokens > 0 ? 1.0 / double(tokens) : 0.0;
+
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
+  accumulator_->begin();
+  for (int64_t m = 0; m < micro_steps_; ++m) {
+    // Contiguous slicing: microbatch m is examples [m*B, (m+1)*B) of the global batch.
+    data::Batch micro = batch.slice(m * micro_batch_, micro_batch_);
+    at::Tensor loss = token_loss_sum(model_->forward(micro.tokens.to(device_)), micro.targets.to(device_));
+    (loss * inv_tokens).backward();
+    loss_sum += loss.detach();
+  }
+  accumulator_->end();
+  return {loss_sum.item<double>() * inv_tokens, tokens};
+}
+
+StepStats TrainStep::run(int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  StepStats s;
+  s.step = step;
+  Accumulated acc = accumulate(step);
+  s.loss = acc.loss;
+  s.tokens = acc.tokens;
+  s.grad_norm = accumulator_->clip_global_norm_(clip_threshold_);
+  s.lr = schedule_(step);
+  set_learning_rate(*optimizer_, s.lr);
+  accumulator_->step(*optimizer_);
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+} // namespace shadowgrad::train

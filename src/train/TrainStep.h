@@ -1,0 +1,68 @@
+#pragma once
+// One optimizer step, in the order a reader expects:
+//   for each of K microbatches: forward -> token-loss sum / global valid tokens -> backward (folds into shadow)
+//   -> clip the accumulated gradient once -> set the LR once -> optimizer update once.
+//
+//   TrainStep step(cfg, model, *source, device);
+//   StepStats s = step.run(0);
+#include <memory>
+
+#include <c10/core/Device.h>
+
+#include "accumulate/ShadowAccumulator.h"
+#include "model/Decoder.h"
+#include "train/LrSchedule.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+namespace shadowgrad::config {
+struct Config;
+}
+namespace shadowgrad::data {
+class DataSource;
+}
+
+namespace shadowgrad::train {
+
+struct StepStats {
+  int64_t step = 0;        // 0-based optimizer step
+  double loss = 0;         // token-mean loss of the global batch, before the update
+  double grad_norm = 0;    // global norm of the accumulated gradient, before clipping
+  double lr = 0;
+  int64_t tokens = 0;      // valid target tokens in the global batch
+  double seconds = 0;
+};
+
+struct Accumulated {
+  double loss = 0;
+  int64_t tokens = 0;
+};
+
+class TrainStep {
+ public:
+  TrainStep(const config::Config& cfg, model::Decoder model, const data::DataSource& source, c10::Device device);
+  ~TrainStep();
+
+  StepStats run(int64_t step);
+
+  // The microbatch loop alone: afterwards the shadow tree holds the gradient of the global batch's
+  // token-mean loss, exactly as one un-split batch would give it.
+  Accumulated accumulate(int64_t step);
+
+  accumulate::ShadowAccumulator& accumulator() { return *accumulator_; }
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  model::Decoder& model() { return model_; }
+
+ private:
+  model::Decoder model_;
+  const data::DataSource& source_;
+  c10::Device device_;
+  int64_t micro_batch_, micro_steps_;
+  double clip_threshold_;
+  LrSchedule schedule_;
+  std::unique_ptr<accumulate::ShadowAccumulator> accumulator_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+} // namespace shadowgrad::train

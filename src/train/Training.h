@@ -1,0 +1,45 @@
+#pragma once
+// A whole training run, usable without the CLI:
+//
+//   auto cfg = shadowgrad::config::load_config(path, overrides);
+//   shadowgrad::train::Training training(cfg);   // validates data and device; writes nothing
+//   RunSummary summary = training.run();          // creates the run dir, trains, writes metrics
+//
+// Files in the run directory: config.yml (the resolved config; `trainer <run_dir>/config.yml` reruns it),
+// metrics.jsonl (one line per optimizer step), summary.json (written last, only on success) and loss.png
+// (when gnuplot is installed).
+#include <memory>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "config/Config.h"
+
+namespace shadowgrad::data {
+class DataSource;
+}
+
+namespace shadowgrad::train {
+
+struct RunSummary {
+  std::string run_dir;
+  int64_t steps = 0;
+  double final_loss = 0;
+  double first_loss = 0;
+  double avg_tokens_per_s = 0;
+  double seconds = 0;
+};
+
+class Training {
+ public:
+  explicit Training(config::Config cfg);
+  ~Training();
+  RunSummary run();
+
+ private:
+  config::Config cfg_;
+  c10::Device device_;
+  std::unique_ptr<data::DataSource> source_;
+};
+
+} // namespace shadowgrad::train
