@@ -96,8 +96,9 @@ plot_curves() {
   local style="lines lw 2" xtics=""
   ((points > 60)) || style="linespoints lw 2 pt 7 ps 0.6"
   ((points > 20)) || xtics="set xtics 1"
-  local joined
-  joined=$(printf "%s with $style, " "${plots[@]}")
+  # Dash patterns keep curves that lie on top of each other (identical runs) visible.
+  local joined=""
+  for i in "${!plots[@]}"; do joined+="${plots[$i]} with $style dt $((i % 5 + 1)), "; done
   "$gnuplot" <<EOF || { echo "plot.sh: gnuplot failed for $png" >&2 && exit 1; }
 set terminal pngcairo noenhanced size 1000,600
 set output $(gp_str "$png")
