@@ -1,5 +1,6 @@
 // trainer CONFIG [key=value ...]: trains the decoder with gradient accumulation into a shadow tree.
 // Exit codes: 0 success, 1 runtime failure, 2 bad input (config, data, run directory, command line).
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "config/ConfigLoader.h"
 #include "config/ConfigWriter.h"
+#include "train/Runtime.h"
 #include "train/Training.h"
 #include "util/Errors.h"
 
@@ -32,6 +34,14 @@ std::string configs_dir() {
   return SHADOWGRAD_SOURCE_DIR "/configs";
 }
 
+// OpenBLAS 0.3.21 detects avx512_bf16 CPUs as Prescott and runs fp32 matmul ~5x slower; it reads
+// OPENBLAS_CORETYPE only when it is loaded, so set it and re-exec before anything runs.
+void reexec_with_openblas_coretype(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") || !shadowgrad::train::cpu_has_avx512_bf16()) return;
+  setenv("OPENBLAS_CORETYPE", "COOPERLAKE", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure; then carry on as we are
+}
+
 int fail(int code, const std::string& message) {
   std::cerr << "error: " << message << std::endl;
   return code;
@@ -40,6 +50,7 @@ int fail(int code, const std::string& message) {
 } // namespace
 
 int main(int argc, char** argv) {
+  reexec_with_openblas_coretype(argv);
   CLI::App app{"shadowgrad trainer: gradient accumulation into a grad_dtype shadow tree.\n"
                "CONFIG is looked up in the current directory, then in the project's configs/."};
   std::string config_arg;
@@ -66,7 +77,9 @@ int main(int argc, char** argv) {
     std::cout << shadowgrad::config::to_yaml(shadowgrad::config::Config{});
     return 0;
   }
-  if (config_arg.empty()) return fail(kExitBadInput, "missing CONFIG; usage: trainer CONFIG [key=value ...]");
+  const bool looks_like_override = config_arg.find('=') != std::string::npos && !std::filesystem::exists(config_arg);
+  if (config_arg.empty() || looks_like_override)
+    return fail(kExitBadInput, "missing CONFIG; usage: trainer CONFIG [key=value ...], e.g. trainer base.yml steps=10");
 
   try {
     auto path = shadowgrad::config::resolve_config_path(config_arg, configs_dir());

@@ -78,7 +78,7 @@ TEST_CASE("YAML syntax errors give the line", "[cli][errors]") {
   CHECK_THAT(r.output, Catch::Contains("sg_cli_syntax.yml:") && Catch::Contains("YAML syntax error"));
 }
 
-TEST_CASE("--help-config lists every key; --print-config prints the defaults", "[cli]") {
+TEST_CASE("trainer --help-config lists every key and --print-config prints the resolved config", "[cli]") {
   Result help = run_trainer("--help-config");
   CHECK(help.code == 0);
   CHECK_THAT(help.output, Catch::Contains("gradient_accumulation_steps") && Catch::Contains("grad_dtype"));
