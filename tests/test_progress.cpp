@@ -1,0 +1,63 @@
+// Progress output: a live line on a terminal, plain lines without carriage returns elsewhere.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "train/Progress.h"
+
+namespace {
+
+std::string capture(const std::string& cmd) {
+  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  pclose(pipe);
+  return out;
+}
+
+std::string tiny_run(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("sg_progress_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir / name);
+  return std::string(TRAINER_BIN) +
+         " base.yml steps=4 log_period=2 base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16"
+         " base_mlp_dim=64 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 per_device_batch_size=2"
+         " num_threads=1 base_output_directory=" + dir.string() + " run_name=" + name;
+}
+
+} // namespace
+
+TEST_CASE("a progress line shows step/steps, loss, tokens/s, peak memory and ETA with no control characters",
+          "[progress]") {
+  shadowgrad::train::ProgressLine p;
+  p.step = 3;
+  p.loss = 2.5;
+  p.tokens_per_s = 1234;
+  p.peak_bytes = 3 * 1048576;
+  p.eta_s = 7;
+  std::string line = shadowgrad::train::format_progress(p, 10);
+  CHECK_THAT(line, Catch::StartsWith("step 3/10 | loss 2.5000"));
+  CHECK_THAT(line, Catch::Contains("1234 tok/s") && Catch::Contains("peak 3.0 MiB") && Catch::Contains("eta 7s"));
+  CHECK(line.find('\r') == std::string::npos);
+  CHECK(line.find('\n') == std::string::npos);
+}
+
+TEST_CASE("not on a terminal: plain log lines every log_period, no carriage return", "[progress]") {
+  std::string out = capture(tiny_run("pipe"));
+  CHECK(out.find('\r') == std::string::npos);
+  CHECK_THAT(out, Catch::Contains("step 2/4") && Catch::Contains("step 4/4"));
+  CHECK_THAT(out, !Catch::Contains("step 3/4"));
+}
+
+TEST_CASE("on a terminal: one live line redrawn with carriage returns", "[progress]") {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) {
+    WARN("skipped: util-linux 'script' is not installed, so no pseudo-terminal is available");
+    return;
+  }
+  // script(1) runs the trainer on a pseudo-terminal.
+  std::string out = capture("script -qec '" + tiny_run("tty") + "' /dev/null");
+  CHECK_THAT(out, Catch::Contains("\r\033[Kstep 3/4"));
+}
