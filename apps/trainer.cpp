@@ -14,6 +14,9 @@
 
 #include "config/ConfigLoader.h"
 #include "config/ConfigWriter.h"
+#include "memory/MemoryReport.h"
+#include "memory/TrackingAllocator.h"
+#include "train/MemoryProbe.h"
 #include "train/Runtime.h"
 #include "train/Training.h"
 #include "util/Errors.h"
@@ -51,16 +54,20 @@ int fail(int code, const std::string& message) {
 
 int main(int argc, char** argv) {
   reexec_with_openblas_coretype(argv);
+  // Before any tensor exists, so that every CPU allocation is counted.
+  shadowgrad::memory::TrackingAllocator::install();
   CLI::App app{"shadowgrad trainer: gradient accumulation into a grad_dtype shadow tree.\n"
                "CONFIG is looked up in the current directory, then in the project's configs/."};
   std::string config_arg;
   std::vector<std::string> overrides;
-  bool print_config = false, help_config = false, help_config_md = false;
+  bool print_config = false, help_config = false, help_config_md = false, memory_report = false;
   app.add_option("config", config_arg, "YAML config file, e.g. base.yml");
   app.add_option("overrides", overrides, "key=value overrides, e.g. gradient_accumulation_steps=4");
   app.add_flag("--print-config", print_config, "print the resolved config as YAML and exit (without CONFIG: the defaults)");
   app.add_flag("--help-config", help_config, "list every config key with type, default and help, and exit");
   app.add_flag("--help-config-markdown", help_config_md, "the same as a Markdown table (docs/config.md)");
+  app.add_flag("--memory-report", memory_report,
+               "run one optimizer step, print the memory report (table, then JSON) and exit; writes no run directory");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -86,6 +93,11 @@ int main(int argc, char** argv) {
     auto cfg = shadowgrad::config::load_config(path, overrides);
     if (print_config) {
       std::cout << shadowgrad::config::to_yaml(cfg);
+      return 0;
+    }
+    if (memory_report) {
+      auto report = shadowgrad::train::probe_memory(cfg);
+      std::cout << shadowgrad::memory::format_table(report) << shadowgrad::memory::to_json(report);
       return 0;
     }
     shadowgrad::train::Training training(cfg);

@@ -1,5 +1,6 @@
 #include "model/Decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -34,6 +35,7 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.compute_dtype = dtype_from_name(c.dtype);
   o.weight_dtype = dtype_from_name(c.weight_dtype);
   o.init_seed = static_cast<uint64_t>(c.init_weights_seed);
+  o.hoist_weight_cast = c.hoist_weight_cast;
   return o;
 }
 
@@ -79,7 +81,20 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
 }
 
 torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
-  return weight.scalar_type() == options_.compute_dtype ? weight : weight.to(options_.compute_dtype);
+  if (weight.scalar_type() == options_.compute_dtype) return weight;
+  // Hoisting caches the cast of a parameter (a leaf), built with grad enabled so that every
+  // microbatch's graph shares its ToCopyBackward node: each backward sends the fp32 gradient to the
+  // master weight as usual. Under no_grad, or for non-leaves (gathered embedding rows), cast afresh.
+  if (!options_.hoist_weight_cast || !weight.is_leaf() || !at::GradMode::is_enabled())
+    return weight.to(options_.compute_dtype);
+  CachedCast& entry = weight_cache_[weight.unsafeGetTensorImpl()];
+  if (!entry.cast.defined() || entry.version != weight._version()) {
+    entry = {weight.to(options_.compute_dtype), weight._version()};
+    int64_t bytes = 0;
+    for (const auto& [impl, cached] : weight_cache_) bytes += cached.cast.numel() * int64_t(cached.cast.element_size());
+    weight_cache_high_ = std::max(weight_cache_high_, bytes);
+  }
+  return entry.cast;
 }
 
 torch::Tensor DecoderImpl::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {

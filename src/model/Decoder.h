@@ -9,6 +9,8 @@
 // Weights are stored in options.weight_dtype and cast to options.compute_dtype where they are used, so
 // bf16 compute trains fp32 master weights. Right padding needs no attention mask beyond the causal one:
 // a valid token never attends to a later (padded) position.
+#include <unordered_map>
+
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
@@ -24,6 +26,12 @@ class DecoderImpl : public torch::nn::Module {
 
   const DecoderOptions& options() const { return options_; }
 
+  // hoist_weight_cast: drops the cached compute-dtype weights (call after the last microbatch's
+  // backward); the next forward casts again. A cached cast is also recast if its weight changed.
+  void clear_weight_cache() { weight_cache_.clear(); }
+  // The most bytes the weight cache has held (0 without hoist_weight_cast).
+  int64_t weight_cache_bytes() const { return weight_cache_high_; }
+
  private:
   struct Block {
     torch::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
@@ -38,6 +46,12 @@ class DecoderImpl : public torch::nn::Module {
   DecoderOptions options_;
   torch::Tensor embedding_, final_norm_, output_;
   std::vector<Block> blocks_;
+  struct CachedCast {
+    torch::Tensor cast;
+    int64_t version = -1;  // the weight's version counter when cast: an in-place update invalidates it
+  };
+  mutable std::unordered_map<const c10::TensorImpl*, CachedCast> weight_cache_;
+  mutable int64_t weight_cache_high_ = 0;
   torch::Tensor rope_cos_, rope_sin_;  // [max_length, head_dim], compute dtype
   torch::Tensor causal_mask_;          // [max_length, max_length], 0 or -inf, float32
 };

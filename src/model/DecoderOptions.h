@@ -25,6 +25,9 @@ struct DecoderOptions {
   c10::ScalarType compute_dtype = c10::kFloat;
   c10::ScalarType weight_dtype = c10::kFloat;
   uint64_t init_seed = 0;
+  // Cast each weight to compute_dtype once per optimizer step (kept through the GA loop) instead of
+  // once per microbatch.
+  bool hoist_weight_cast = false;
 
   static DecoderOptions from_config(const config::Config& cfg);
 };

@@ -44,6 +44,7 @@ Accumulated TrainStep::accumulate(int64_t step) {
     loss_sum += loss.detach();
   }
   accumulator_->end();
+  model_->clear_weight_cache();  // hoist_weight_cast: the cast weights are dead after the last backward
   return {loss_sum.item<double>() * inv_tokens, tokens};
 }
 

@@ -6,8 +6,9 @@
 //   RunSummary summary = training.run();          // creates the run dir, trains, writes metrics
 //
 // Files in the run directory: config.yml (the resolved config; `trainer <run_dir>/config.yml` reruns it),
-// metrics.jsonl (one line per optimizer step), summary.json (written last, only on success) and loss.png
-// (when gnuplot is installed).
+// metrics.jsonl (one line per optimizer step, with that step's peak_mem_bytes), memory_report.json (see
+// memory/MemoryReport.h), summary.json (written last, only on success) and loss.png (when gnuplot is
+// installed).
 #include <memory>
 #include <string>
 
@@ -28,6 +29,7 @@ struct RunSummary {
   double first_loss = 0;
   double avg_tokens_per_s = 0;
   double seconds = 0;
+  int64_t peak_mem_bytes = -1;  // whole run; -1 when not measured
 };
 
 class Training {

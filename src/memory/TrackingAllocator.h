@@ -1,0 +1,54 @@
+#pragma once
+// A CPU allocator that wraps c10's and counts bytes: every CPU tensor LibTorch allocates after
+// install() goes through it, so current and peak bytes are measured, not estimated.
+//
+//   shadowgrad::memory::TrackingAllocator::install();   // first thing in main(), before any tensor
+//   auto& mem = shadowgrad::memory::TrackingAllocator::get();
+//   mem.reset_peak();
+//   run_one_step();
+//   int64_t step_peak = mem.peak_bytes();
+//
+// What it sees: tensor storage allocated through c10::GetCPUAllocator() (every at::empty, every
+// autograd buffer). What it cannot see: memory allocated before install(), and scratch buffers that
+// oneDNN or OpenBLAS take with their own malloc. Tensors allocated before install() keep the default
+// deleter, so installing late is safe; it only under-counts.
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include <c10/core/Allocator.h>
+
+namespace shadowgrad::memory {
+
+class TrackingAllocator final : public c10::Allocator {
+ public:
+  // Installs the process-wide tracking allocator as LibTorch's CPU allocator. Idempotent.
+  static void install();
+  // Whether install() has run in this process.
+  static bool installed();
+  // The process-wide instance (counting only once installed).
+  static TrackingAllocator& get();
+
+  c10::DataPtr allocate(size_t nbytes) const override;
+  c10::DeleterFnPtr raw_deleter() const override;
+
+  // Bytes allocated through this allocator and not yet freed.
+  int64_t current_bytes() const;
+  // Highest current_bytes() since install() or the last reset_peak().
+  int64_t peak_bytes() const;
+  // Starts a new peak window at the current level.
+  void reset_peak();
+  // Allocations made so far (a counter, never reset).
+  int64_t allocations() const;
+
+ private:
+  TrackingAllocator() = default;
+  static void deleter(void* ptr);
+  void release(void* ptr);
+
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<void*, size_t> sizes_;
+  mutable int64_t current_ = 0, peak_ = 0, allocations_ = 0;
+};
+
+} // namespace shadowgrad::memory
