@@ -39,10 +39,10 @@ def main(root):
                  f"differ by {100 * abs(b - a) / a:.2f} % (limit 2 %)", abs(b - a) <= 0.02 * a))
     a, b = peak["ga2_b1_f32"], peak["ga2_b1_bf16"]
     need = 0.9 * 2 * n_params
-    rows.append(("grad_dtype shrinks the accumulator", "ga=2 grad_dtype=float32", "ga=2 grad_dtype=bfloat16", a, b,
+    rows.append(("grad_dtype shrinks the accumulator", "ga=2 pdbs=1 grad_dtype=float32", "ga=2 pdbs=1 grad_dtype=bfloat16", a, b,
                  f"falls by {mib(a - b)} MiB; needs >= 0.9 x 2 B x {n_params} = {mib(need)} MiB", a - b >= need))
     a, b = peak["ga1_b4_f32"], peak["ga1_b4_bf16"]
-    rows.append(("grad_dtype=bfloat16 never costs memory", "ga=1 grad_dtype=float32", "ga=1 grad_dtype=bfloat16",
+    rows.append(("grad_dtype=bfloat16 never costs memory", "ga=1 pdbs=4 grad_dtype=float32", "ga=1 pdbs=4 grad_dtype=bfloat16",
                  a, b, f"bfloat16 is {mib(a - b)} MiB lower", b <= a))
 
     print(f"Seed model: {n_params} parameters; grad_dtype=float32 unless stated; peak = largest single-step peak "
