@@ -1,5 +1,6 @@
 // trainer CONFIG [key=value ...]: trains the decoder with gradient accumulation into a shadow tree.
-// Exit codes: 0 success, 1 runtime failure, 2 bad input (config, data, run directory, command line).
+// Exit codes: 0 success, 1 runtime failure, 2 bad input (config, data, run directory, checkpoint,
+// command line), 3 too many non-finite steps in a row, 130 / 143 stopped by SIGINT / SIGTERM.
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -25,6 +26,7 @@ namespace {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
+constexpr int kExitNonFinite = 3;
 
 // The project's configs/ directory: next to the build directory that holds this binary, else the source tree.
 std::string configs_dir() {
@@ -107,6 +109,11 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const shadowgrad::InputError& e) {
     return fail(kExitBadInput, e.what());
+  } catch (const shadowgrad::NonFiniteError& e) {
+    return fail(kExitNonFinite, e.what());
+  } catch (const shadowgrad::InterruptedError& e) {
+    spdlog::warn("{}", e.what());
+    return e.exit_code();
   } catch (const c10::Error& e) {
     return fail(kExitFailure, e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -41,42 +41,7 @@ const std::string kTiny =
 
 } // namespace
 
-TEST_CASE("bad input exits 2 with one clear message and writes nothing", "[cli][errors]") {
-  const std::string out = fresh_dir("bad");
-  struct Case {
-    std::string args, message;
-  };
-  const Case cases[] = {
-      {"base.yml gradient_acumulation_steps=4",
-       "unknown config key 'gradient_acumulation_steps' (did you mean 'gradient_accumulation_steps'?)"},
-      {"base.yml steps=abc", "invalid value 'abc' for config key 'steps': expected an integer"},
-      {"base.yml steps=0", "expected an integer >= 1"},
-      {"base.yml grad_dtype=float8", "expected one of float32|bfloat16|float16"},
-      {"base.yml steps", "override 'steps' is not of the form key=value"},
-      {"no_such_config.yml", "config file 'no_such_config.yml' does not exist"},
-      {"base.yml base_num_query_heads=6 base_num_kv_heads=4", "must be a multiple of base_num_kv_heads (4)"},
-      {"base.yml dataset_type=text dataset_path=/nonexistent.txt", "dataset_path '/nonexistent.txt' does not exist"},
-      {"base.yml steps=1 steps=2", "overridden twice"},
-      {"", "missing CONFIG"},
-      {"base.yml --no-such-flag", "no-such-flag"},
-  };
-  for (const auto& c : cases) {
-    INFO(c.args);
-    Result r = run_trainer(c.args + " base_output_directory=" + out);
-    CHECK(r.code == 2);
-    CHECK_THAT(r.output, Catch::Contains(c.message));
-    CHECK_THAT(r.output, Catch::StartsWith("error: "));
-  }
-  CHECK_FALSE(fs::exists(out));
-}
-
-TEST_CASE("YAML syntax errors give the line", "[cli][errors]") {
-  auto path = fs::temp_directory_path() / "sg_cli_syntax.yml";
-  std::ofstream(path) << "steps: 2\nlog_period: 1\nlearning_rate: [0.1\n";
-  Result r = run_trainer(path.string());
-  CHECK(r.code == 2);
-  CHECK_THAT(r.output, Catch::Contains("sg_cli_syntax.yml:") && Catch::Contains("YAML syntax error"));
-}
+// Bad input (exit 2, one line naming the culprit) is tested row by row in test_bad_inputs.cpp.
 
 TEST_CASE("trainer --help-config lists every key and --print-config prints the resolved config", "[cli]") {
   Result help = run_trainer("--help-config");
@@ -87,7 +52,7 @@ TEST_CASE("trainer --help-config lists every key and --print-config prints the r
   CHECK_THAT(print.output, Catch::Contains("gradient_accumulation_steps: 3"));
 }
 
-TEST_CASE("a tiny run writes config, metrics and summary; its config.yml reruns it; the dir is never overwritten",
+TEST_CASE("a tiny run writes config, metrics and summary; its config.yml reruns it; resume=false never reuses the dir",
           "[cli][run]") {
   const std::string out = fresh_dir("run");
   Result r = run_trainer("base.yml steps=3 log_period=1 gradient_accumulation_steps=2 grad_dtype=bfloat16 run_name=a"
@@ -108,9 +73,9 @@ TEST_CASE("a tiny run writes config, metrics and summary; its config.yml reruns 
   CHECK(lines == 3);
   CHECK(fs::exists(dir + "/summary.json"));
 
-  Result again = run_trainer("base.yml steps=3 run_name=a base_output_directory=" + out + kTiny);
+  Result again = run_trainer("base.yml steps=3 resume=false run_name=a base_output_directory=" + out + kTiny);
   CHECK(again.code == 2);
-  CHECK_THAT(again.output, Catch::Contains("already exists"));
+  CHECK_THAT(again.output, Catch::Contains("already exists (resume=false)"));
 
   Result rerun = run_trainer(dir + "/config.yml run_name=b");
   CHECK(rerun.code == 0);

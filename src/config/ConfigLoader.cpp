@@ -58,7 +58,10 @@ void apply_overrides(Config& cfg, const std::vector<std::string>& overrides) {
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::string text = read_file(path);
+  return load_config_text(read_file(path), path, overrides);
+}
+
+Config load_config_text(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -71,6 +74,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   std::set<std::string> seen;
   for (const auto& entry : root) {
     std::string where = fmt::format("{}:{}: ", path, entry.first.Mark().line + 1);
+    if (!entry.first.IsScalar()) throw ConfigError(where + "a config key must be a plain name, not a list or map");
     std::string name = entry.first.as<std::string>();
     const KeySpec& key = known_key(name, where);
     if (!seen.insert(name).second) throw ConfigError(fmt::format("{}config key '{}' appears twice", where, name));
@@ -106,6 +110,11 @@ void validate(const Config& c) {
   if (c.run_name.find('/') != std::string::npos || c.run_name == "." || c.run_name == "..")
     fail(fmt::format("run_name '{}' must be a plain directory name", c.run_name));
   if (c.base_output_directory.empty()) fail("base_output_directory must not be empty");
+  if (c.load_checkpoint_step == 0) fail("load_checkpoint_step=0: there is no step-0 checkpoint; use -1 (the latest) or N >= 1");
+  if (c.load_checkpoint_step > 0 && !c.resume)
+    fail(fmt::format("load_checkpoint_step={} needs resume=true", c.load_checkpoint_step));
+  if (c.load_checkpoint_step > 0 && c.run_name.empty())
+    fail(fmt::format("load_checkpoint_step={} needs run_name=<the run to resume>", c.load_checkpoint_step));
 }
 
 } // namespace shadowgrad::config

@@ -20,6 +20,9 @@ std::string resolve_config_path(const std::string& arg, const std::string& confi
 // is almost always a mistake, and silently picking one hides it.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
 
+// The same for YAML already in memory; `path` only names it in messages (used by fuzz/config_fuzzer.cpp).
+Config load_config_text(const std::string& text, const std::string& path, const std::vector<std::string>& overrides);
+
 // Applies "key=value" overrides to `cfg` (without validating the result).
 void apply_overrides(Config& cfg, const std::vector<std::string>& overrides);
 

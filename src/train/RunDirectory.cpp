@@ -22,13 +22,13 @@ std::string generated_run_name() {
   return buf;
 }
 
-RunDirectory RunDirectory::create(const config::Config& cfg) {
+RunDirectory RunDirectory::create(const config::Config& cfg, bool resuming) {
   std::string name = cfg.run_name.empty() ? generated_run_name() : cfg.run_name;
   fs::path dir = fs::path(cfg.base_output_directory) / name;
   std::error_code ec;
-  if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
-    throw InputError(fmt::format("run directory '{}' already exists; pick another run_name or remove it",
-                                 dir.string()));
+  if (!resuming && fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
+    throw InputError(fmt::format("run directory '{}' already exists {}; pick another run_name or remove it",
+                                 dir.string(), cfg.resume ? "and holds no checkpoint to resume from" : "(resume=false)"));
   fs::create_directories(dir, ec);
   if (ec) throw InputError(fmt::format("cannot create run directory '{}': {}", dir.string(), ec.message()));
   // Creating a directory can succeed on a read-only mount point that already exists; probe a write.

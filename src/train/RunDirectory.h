@@ -1,8 +1,9 @@
 #pragma once
 // The run directory <base_output_directory>/<run_name>. Created only after the config and data have
-// been validated, and never over an existing non-empty directory.
+// been validated, and never over an existing non-empty directory unless `resuming` (it holds
+// checkpoints to continue from; see checkpoint::can_resume).
 //
-//   auto dir = RunDirectory::create(cfg);   // throws InputError if it exists or cannot be written
+//   auto dir = RunDirectory::create(cfg, resuming);   // throws InputError if it exists or cannot be written
 //   dir.file("metrics.jsonl")
 #include <string>
 
@@ -14,7 +15,7 @@ namespace shadowgrad::train {
 
 class RunDirectory {
  public:
-  static RunDirectory create(const config::Config& cfg);
+  static RunDirectory create(const config::Config& cfg, bool resuming = false);
   const std::string& path() const { return path_; }
   const std::string& name() const { return name_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }

@@ -1,6 +1,8 @@
 #include "train/TrainStep.h"
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
@@ -21,6 +23,8 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
       micro_steps_(c.gradient_accumulation_steps),
       clip_threshold_(c.gradient_clipping_threshold),
       schedule_(c.learning_rate, c.schedule_steps(), c.warmup_steps_fraction, c.cosine_learning_rate_final_fraction),
+      debug_nan_first_(c.debug_nan_at_step > 0 ? c.debug_nan_at_step - 1 : -1),
+      debug_nan_count_(c.debug_nan_num_steps),
       accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(),
                                                                    model::dtype_from_name(c.grad_dtype))),
       optimizer_(make_optimizer(c, model_->parameters())) {}
@@ -32,7 +36,10 @@ Accumulated TrainStep::accumulate(int64_t step) {
   // loss sum is divided by that one number, and the folded sum is the big-batch gradient.
   data::Batch batch = source_.examples(step, 0, micro_batch_ * micro_steps_);
   const int64_t tokens = batch.valid_tokens();
-  const double inv_tokens = tokens > 0 ? 1.0 / double(tokens) : 0.0;
+  const bool poisoned = debug_nan_first_ >= 0 && step >= debug_nan_first_ && step < debug_nan_first_ + debug_nan_count_;
+  const double inv_tokens = poisoned     ? std::numeric_limits<double>::quiet_NaN()  // debug_nan_at_step (tests)
+                            : tokens > 0 ? 1.0 / double(tokens)
+                                         : 0.0;
 
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
   accumulator_->begin();
@@ -57,8 +64,13 @@ StepStats TrainStep::run(int64_t step) {
   s.tokens = acc.tokens;
   s.grad_norm = accumulator_->clip_global_norm_(clip_threshold_);
   s.lr = schedule_(step);
-  set_learning_rate(*optimizer_, s.lr);
-  accumulator_->step(*optimizer_);
+  s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+  if (s.skipped) {
+    accumulator_->zero_();
+  } else {
+    set_learning_rate(*optimizer_, s.lr);
+    accumulator_->step(*optimizer_);
+  }
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s;
 }

@@ -2,6 +2,8 @@
 // One optimizer step, in the order a reader expects:
 //   for each of K microbatches: forward -> token-loss sum / global valid tokens -> backward (folds into shadow)
 //   -> clip the accumulated gradient once -> set the LR once -> optimizer update once.
+// A non-finite loss or gradient norm skips the update (StepStats::skipped): the shadow is zeroed and
+// neither the parameters nor the optimizer state change.
 //
 //   TrainStep step(cfg, model, *source, device);
 //   StepStats s = step.run(0);
@@ -32,6 +34,7 @@ struct StepStats {
   double lr = 0;
   int64_t tokens = 0;      // valid target tokens in the global batch
   double seconds = 0;
+  bool skipped = false;    // loss or grad_norm was non-finite: no update; parameters and optimizer state untouched
 };
 
 struct Accumulated {
@@ -61,6 +64,7 @@ class TrainStep {
   int64_t micro_batch_, micro_steps_;
   double clip_threshold_;
   LrSchedule schedule_;
+  int64_t debug_nan_first_, debug_nan_count_;  // 0-based first poisoned step (testing only); -1 off
   std::unique_ptr<accumulate::ShadowAccumulator> accumulator_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };

@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/Checkpointer.h"
 #include "config/ConfigWriter.h"
 #include "data/DataSource.h"
 #include "memory/MemoryMeter.h"
@@ -13,10 +15,13 @@
 #include "train/LossPlot.h"
 #include "train/MemoryProbe.h"
 #include "train/MetricsWriter.h"
+#include "train/NonFiniteGuard.h"
 #include "train/Progress.h"
 #include "train/RunDirectory.h"
 #include "train/Runtime.h"
+#include "train/Signals.h"
 #include "train/TrainStep.h"
+#include "util/Errors.h"
 
 namespace shadowgrad::train {
 
@@ -35,7 +40,22 @@ RunSummary Training::run() {
   model->to(device_);
   TrainStep step(cfg_, model, *source_, device_);
 
-  RunDirectory dir = RunDirectory::create(cfg_);
+  RunDirectory dir = RunDirectory::create(cfg_, checkpoint::can_resume(cfg_));
+  checkpoint::Checkpointer checkpoints(cfg_, dir.path());
+  checkpoint::TrainState state = checkpoints.restore(*model, step.optimizer());
+  const checkpoint::MetricsTail earlier = checkpoint::truncate_metrics(dir.file("metrics.jsonl"), state.step);
+  if (state.step > 0 && state.step == cfg_.steps) {
+    spdlog::info("run {} is already complete at step {}; nothing to do (raise steps to train further)", dir.path(),
+                 state.step);
+    RunSummary done;
+    done.run_dir = dir.path();
+    done.steps = state.step;
+    done.first_loss = earlier.first_loss;
+    done.final_loss = earlier.last_loss;
+    return done;
+  }
+  std::error_code ec;
+  std::filesystem::remove(dir.file("summary.json"), ec);  // present only if a finished run is being extended
   write_file_atomically(dir.file("config.yml"), config::to_yaml(cfg_));
   MetricsWriter metrics(dir.file("metrics.jsonl"));
 
@@ -48,11 +68,16 @@ RunSummary Training::run() {
   Progress progress(cfg_.steps, cfg_.log_period, stdout_is_terminal());
   RunSummary summary;
   summary.run_dir = dir.path();
+  summary.first_loss = earlier.first_loss;
+  const int64_t earlier_steps = state.step;
   int64_t total_tokens = 0;
-  for (int64_t s = 0; s < cfg_.steps; ++s) {
+  NonFiniteGuard guard(cfg_.max_consecutive_nonfinite, state);
+  StopSignals signals;
+  for (int64_t s = state.step; s < cfg_.steps; ++s) {
     meter.begin_step();
     StepStats st = step.run(s);
     const int64_t peak = meter.end_step();
+    guard.record(st);
     total_tokens += st.tokens;
     summary.seconds += st.seconds;
     if (s == 0) summary.first_loss = st.loss;
@@ -65,9 +90,21 @@ RunSummary Training::run() {
                    {"tokens", double(st.tokens)},
                    {"step_time_s", st.seconds},
                    {"tokens_per_s", tokens_per_s},
-                   {"peak_mem_bytes", double(peak)}});
-    const double eta = summary.seconds / double(s + 1) * double(cfg_.steps - s - 1);
+                   {"peak_mem_bytes", double(peak)},
+                   {"skipped_steps", double(state.skipped_steps)}});
+    const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
     progress.update({s + 1, st.loss, st.grad_norm, st.lr, tokens_per_s, eta, peak});
+    guard.check(st);
+    // Checkpoints fall between optimizer steps, where the shadow tree is zero: nothing is lost.
+    state.step = s + 1;
+    if (checkpoints.due(state.step) || (signals.requested() && cfg_.enable_checkpointing))
+      checkpoints.save(state, *model, step.optimizer());
+    if (signals.requested()) {
+      progress.finish();
+      throw InterruptedError(fmt::format("stopped by {} after step {}{}", signal_name(signals.requested()), state.step,
+                                         cfg_.enable_checkpointing ? "; rerun the same command to resume" : ""),
+                             signals.requested());
+    }
   }
   progress.finish();
   summary.steps = cfg_.steps;

@@ -1,0 +1,373 @@
+#include "checkpoint/Checkpointer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <yaml-cpp/yaml.h>
+
+#include "checkpoint/Crc32.h"
+#include "checkpoint/DurableFile.h"
+#include "config/ConfigSchema.h"
+#include "config/ConfigWriter.h"
+
+namespace shadowgrad::checkpoint {
+namespace fs = std::filesystem;
+namespace {
+
+std::function<void(const std::string&)>& fault_hook() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+
+void stage(const std::string& name) {
+  if (fault_hook()) fault_hook()(name);
+}
+
+std::string serialize(const std::function<void(torch::serialize::OutputArchive&)>& fill) {
+  torch::serialize::OutputArchive archive;
+  fill(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+std::string fnv1a64_hex(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{:016x}", h);
+}
+
+std::vector<std::pair<std::string, std::string>> frozen_values(const config::Config& cfg) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& key : frozen_keys()) out.emplace_back(key, config::find_key(key)->get(cfg));
+  return out;
+}
+
+std::string fingerprint(const std::vector<std::pair<std::string, std::string>>& frozen) {
+  std::string text;
+  for (const auto& [k, v] : frozen) text += k + "=" + v + "\n";
+  return fnv1a64_hex(text);
+}
+
+// A step-N directory whose manifest and files all pass their checks, read into memory.
+struct Verified {
+  Manifest manifest;
+  std::map<std::string, std::string> files;  // name -> bytes
+};
+
+Verified verify(const std::string& dir) {
+  const std::string manifest_path = dir + "/manifest.yml";
+  if (!fs::exists(manifest_path))
+    throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is missing", manifest_path));
+  Verified v;
+  v.manifest = Manifest::parse(read_whole_file(manifest_path), manifest_path);
+  for (const auto& f : v.manifest.files) {
+    const std::string path = dir + "/" + f.name;
+    if (!fs::exists(path)) throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is missing", path));
+    std::string bytes = read_whole_file(path);
+    if (int64_t(bytes.size()) != f.bytes)
+      throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: {} bytes, the manifest says {} "
+                                               "(truncated?)",
+                                               path, bytes.size(), f.bytes));
+    const std::string crc = crc32_hex(crc32(bytes.data(), bytes.size()));
+    if (crc != f.crc32)
+      throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: crc32 {} does not match the "
+                                               "manifest's {}",
+                                               path, crc, f.crc32));
+    v.files[f.name] = std::move(bytes);
+  }
+  for (const char* required : {"model.pt", "optimizer.pt", "rng.pt"})
+    if (!v.files.count(required))
+      throw CorruptCheckpointError(fmt::format("checkpoint '{}' lists no {} in its manifest", dir, required));
+  return v;
+}
+
+void check_frozen_keys(const Manifest& m, const config::Config& cfg, const std::string& dir) {
+  std::map<std::string, std::string> saved(m.frozen.begin(), m.frozen.end());
+  for (const auto& [key, value] : frozen_values(cfg)) {
+    auto it = saved.find(key);
+    if (it == saved.end()) continue;  // a key added to the list after this checkpoint was written
+    if (it->second != value)
+      throw InputError(fmt::format("checkpoint '{}' was written with {}={}, but the config has {}={}; {} cannot "
+                                   "change on resume (use a new run_name, or set resume=false)",
+                                   dir, key, it->second, key, value, key));
+  }
+}
+
+void log_changed_keys(const Verified& v, const config::Config& cfg) {
+  auto it = v.files.find("config.yml");
+  if (it == v.files.end()) return;
+  YAML::Node saved;
+  try {
+    saved = YAML::Load(it->second);
+  } catch (const YAML::Exception&) {
+    return;
+  }
+  std::vector<std::string> changes;
+  for (const auto& key : config::schema()) {
+    if (!saved[key.name] || !saved[key.name].IsScalar()) continue;
+    config::Config probe;
+    try {
+      key.set(probe, saved[key.name].Scalar());
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (key.get(probe) != key.get(cfg)) changes.push_back(fmt::format("{} {} -> {}", key.name, key.get(probe), key.get(cfg)));
+  }
+  if (!changes.empty()) spdlog::info("resuming with changed keys: {}", fmt::join(changes, ", "));
+}
+
+void load_into(const Verified& v, torch::nn::Module& model, torch::optim::Optimizer& optimizer, const std::string& dir) {
+  torch::NoGradGuard no_grad;
+  {
+    const std::string& bytes = v.files.at("model.pt");
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes.data(), bytes.size());
+    for (auto& p : model.named_parameters()) {
+      at::Tensor saved;
+      if (!archive.try_read(p.key(), saved))
+        throw InputError(fmt::format("checkpoint '{}/model.pt' has no parameter '{}'", dir, p.key()));
+      if (saved.sizes() != p.value().sizes() || saved.scalar_type() != p.value().scalar_type())
+        throw InputError(fmt::format("checkpoint '{}/model.pt': parameter '{}' is {}, the model has {}", dir, p.key(),
+                                     c10::str(saved.scalar_type(), saved.sizes()),
+                                     c10::str(p.value().scalar_type(), p.value().sizes())));
+      p.value().copy_(saved);
+    }
+  }
+  {
+    const std::string& bytes = v.files.at("optimizer.pt");
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes.data(), bytes.size());
+    optimizer.load(archive);
+  }
+  {
+    const std::string& bytes = v.files.at("rng.pt");
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes.data(), bytes.size());
+    at::Tensor state;
+    archive.read("cpu_generator", state);
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  }
+}
+
+fs::path run_dir_of(const config::Config& cfg) { return fs::path(cfg.base_output_directory) / cfg.run_name; }
+
+} // namespace
+
+const std::vector<std::string>& frozen_keys() {
+  // Parameter shapes, the vocabulary, the master-weight dtype and the optimizer (its state layout).
+  static const std::vector<std::string> keys = {"base_emb_dim",     "base_num_query_heads", "base_num_kv_heads",
+                                                "base_mlp_dim",     "base_num_decoder_layers", "head_dim",
+                                                "vocab_size",       "weight_dtype",         "opt_type"};
+  return keys;
+}
+
+bool can_resume(const config::Config& cfg) {
+  if (!cfg.resume || cfg.run_name.empty()) return false;
+  std::error_code ec;
+  fs::path dir = run_dir_of(cfg) / "checkpoints";
+  if (!fs::is_directory(dir, ec)) return false;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().rfind("step-", 0) == 0) return true;
+  return false;
+}
+
+Checkpointer::Checkpointer(const config::Config& cfg, std::string run_dir)
+    : cfg_(cfg), dir_(std::move(run_dir) + "/checkpoints") {}
+
+void Checkpointer::set_fault_hook(std::function<void(const std::string&)> hook) { fault_hook() = std::move(hook); }
+
+bool Checkpointer::due(int64_t completed) const {
+  return cfg_.enable_checkpointing && (completed % cfg_.checkpoint_period == 0 || completed == cfg_.steps);
+}
+
+std::string Checkpointer::step_dir(int64_t step) const { return fmt::format("{}/step-{}", dir_, step); }
+
+std::vector<int64_t> Checkpointer::steps() const {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.size() == 5 || name.size() > 23) continue;
+    if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+    out.push_back(std::stoll(name.substr(5)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Checkpointer::remove_leftovers() const {
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".old-step-", 0) == 0) {
+      // A crash while replacing step-N: the old copy is complete; put it back if the new one never landed.
+      fs::path target = fs::path(dir_) / name.substr(5);
+      if (!fs::exists(target)) {
+        fs::rename(entry.path(), target, ec);
+        continue;
+      }
+    }
+    if (name.rfind(".tmp-", 0) == 0 || name.rfind(".old-", 0) == 0 || name.rfind(".deleting-", 0) == 0) {
+      spdlog::info("removing the incomplete checkpoint directory {}", entry.path().string());
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
+void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+  const std::string final_dir = step_dir(state.step);
+  const std::string tmp = fmt::format("{}/.tmp-step-{}", dir_, state.step);
+  std::error_code ec;
+  try {
+    fs::create_directories(dir_);
+    remove_leftovers();
+    fs::create_directories(tmp);
+
+    Manifest m;
+    m.state = state;
+    m.data_position = state.step;
+    m.lr_schedule_position = state.step;
+    m.optimizer_updates = state.step - state.skipped_steps;
+    m.frozen = frozen_values(cfg_);
+    m.config_fingerprint = fingerprint(m.frozen);
+
+    auto put = [&](const std::string& name, const std::string& bytes) {
+      write_durably(tmp + "/" + name, bytes);
+      m.files.push_back({name, int64_t(bytes.size()), crc32_hex(crc32(bytes.data(), bytes.size()))});
+      stage(name);
+    };
+    put("model.pt", serialize([&](auto& a) {
+          for (const auto& p : model.named_parameters()) a.write(p.key(), p.value().detach());
+        }));
+    put("optimizer.pt", serialize([&](auto& a) { optimizer.save(a); }));
+    put("rng.pt", serialize([&](auto& a) {
+          auto gen = at::detail::getDefaultCPUGenerator();
+          std::lock_guard<std::mutex> lock(gen.mutex());
+          a.write("cpu_generator", gen.get_state());
+        }));
+    put("config.yml", config::to_yaml(cfg_));
+    write_durably(tmp + "/manifest.yml", m.to_text());
+    stage("manifest.yml");
+    sync_directory(tmp);
+    stage("before-rename");
+
+    // step-N exists when an earlier step was loaded explicitly and training reached N again.
+    const std::string old = fmt::format("{}/.old-step-{}", dir_, state.step);
+    if (fs::exists(final_dir)) {
+      fs::rename(final_dir, old);
+      stage("old-moved-aside");
+    }
+    fs::rename(tmp, final_dir);
+    sync_directory(dir_);
+    stage("renamed");
+    fs::remove_all(old, ec);
+  } catch (const std::exception& e) {
+    fs::remove_all(tmp, ec);
+    throw std::runtime_error(fmt::format("cannot write checkpoint '{}': {}; earlier checkpoints are untouched",
+                                         final_dir, e.what()));
+  }
+  prune();
+}
+
+void Checkpointer::prune() const {
+  if (cfg_.max_num_checkpoints_to_keep <= 0) return;
+  std::vector<int64_t> all = steps();
+  std::error_code ec;
+  for (size_t i = 0; i + size_t(cfg_.max_num_checkpoints_to_keep) < all.size(); ++i) {
+    // Renamed first, so a crash half-way through the delete never leaves a damaged step-N behind.
+    const std::string doomed = fmt::format("{}/.deleting-step-{}", dir_, all[i]);
+    fs::rename(step_dir(all[i]), doomed, ec);
+    if (!ec) fs::remove_all(doomed, ec);
+  }
+  sync_directory(dir_);
+}
+
+TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+  if (!cfg_.resume) return {};
+  remove_leftovers();
+  std::vector<int64_t> candidates = steps();
+  if (cfg_.load_checkpoint_step > 0) {
+    if (std::find(candidates.begin(), candidates.end(), cfg_.load_checkpoint_step) == candidates.end())
+      throw InputError(fmt::format("load_checkpoint_step={}: there is no checkpoint '{}'{}", cfg_.load_checkpoint_step,
+                                   step_dir(cfg_.load_checkpoint_step),
+                                   candidates.empty() ? std::string()
+                                                      : fmt::format(" (available: {})", fmt::join(candidates, ", "))));
+    candidates = {cfg_.load_checkpoint_step};
+  }
+  std::string first_error;
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    const std::string dir = step_dir(*it);
+    Verified v;
+    try {
+      v = verify(dir);
+    } catch (const CorruptCheckpointError& e) {
+      if (cfg_.load_checkpoint_step > 0) throw;
+      if (first_error.empty()) first_error = e.what();
+      spdlog::warn("{}; falling back to the previous checkpoint", e.what());
+      continue;
+    }
+    if (v.manifest.state.step != *it)
+      throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, v.manifest.state.step));
+    check_frozen_keys(v.manifest, cfg_, dir);
+    if (v.manifest.state.step > cfg_.steps)
+      throw InputError(fmt::format("checkpoint '{}' is at step {}, past steps={}; raise steps or pick an earlier "
+                                   "load_checkpoint_step",
+                                   dir, v.manifest.state.step, cfg_.steps));
+    log_changed_keys(v, cfg_);
+    load_into(v, model, optimizer, dir);
+    spdlog::info("resumed from {} (step {}, {} skipped)", dir, v.manifest.state.step, v.manifest.state.skipped_steps);
+    return v.manifest.state;
+  }
+  if (!first_error.empty())
+    throw CorruptCheckpointError(first_error + "; no earlier checkpoint is loadable (remove the run directory to "
+                                               "start over)");
+  return {};
+}
+
+MetricsTail truncate_metrics(const std::string& path, int64_t step) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  MetricsTail tail{nan, nan};
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return tail;
+  const std::string text = read_whole_file(path);
+  std::string kept;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) break;  // a torn last line from a crash
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t at = line.find("\"step\": ");
+    if (at == std::string::npos) continue;
+    const int64_t s = std::strtoll(line.c_str() + at + 8, nullptr, 10);
+    if (s < 1 || s > step) continue;
+    const size_t l = line.find("\"loss\": ");
+    const double loss = l == std::string::npos ? nan : std::strtod(line.c_str() + l + 8, nullptr);
+    if (s == 1) tail.first_loss = loss;
+    tail.last_loss = loss;
+    kept += line + "\n";
+  }
+  const std::string tmp = path + ".tmp";
+  write_durably(tmp, kept);
+  fs::rename(tmp, path);
+  return tail;
+}
+
+} // namespace shadowgrad::checkpoint

@@ -1,0 +1,83 @@
+#pragma once
+// Checkpoints of a run: <run_dir>/checkpoints/step-N/ with model.pt, optimizer.pt, rng.pt, config.yml
+// and manifest.yml (format version, step, data and LR positions, frozen-key fingerprint, and the size
+// and CRC-32 of every file). See docs/reliability.md.
+//
+//   Checkpointer ckpt(cfg, run_dir);
+//   TrainState state = ckpt.restore(*model, optimizer);   // state.step == 0 when there is nothing to resume
+//   ...after optimizer step s (0-based):
+//   if (ckpt.due(s + 1)) ckpt.save({s + 1, skipped, in_a_row}, *model, optimizer);
+//
+// Writes are atomic: everything goes into checkpoints/.tmp-step-N, every file and the directory are
+// fsync'ed, and only then is it renamed to step-N. A crash at any point leaves the earlier checkpoints
+// complete; a left-over .tmp directory is ignored and removed on the next start.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/Manifest.h"
+#include "config/Config.h"
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace shadowgrad::checkpoint {
+
+class Checkpointer {
+ public:
+  Checkpointer(const config::Config& cfg, std::string run_dir);
+
+  // True when enable_checkpointing is on and `completed_steps` is a multiple of checkpoint_period or
+  // the last step of the run.
+  bool due(int64_t completed_steps) const;
+
+  // Writes step-<state.step> atomically, then deletes the oldest beyond max_num_checkpoints_to_keep.
+  // Throws std::runtime_error naming the file and the OS reason (e.g. no space left); the earlier
+  // checkpoints are untouched and the temporary directory is removed.
+  void save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+
+  // Loads the checkpoint the config asks for into `model` and `optimizer`, and the RNG state:
+  // load_checkpoint_step if set, else the latest loadable one. A corrupt latest checkpoint is reported
+  // with a warning naming the file and the previous one is used; with load_checkpoint_step, or when no
+  // checkpoint is loadable, it throws CorruptCheckpointError. A frozen key (model shape, vocab, ...)
+  // that differs throws InputError naming the key. Returns a zero state when there is none or
+  // resume=false.
+  TrainState restore(torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+
+  // Steps of the step-N directories, ascending (complete or not; restore() verifies).
+  std::vector<int64_t> steps() const;
+  std::string step_dir(int64_t step) const;
+  const std::string& dir() const { return dir_; }
+
+  // Testing only: called at each stage of save() ("model.pt", "manifest.yml", "before-rename", ...);
+  // a hook that throws simulates a crash at that point. Pass nullptr to clear.
+  static void set_fault_hook(std::function<void(const std::string& stage)> hook);
+
+ private:
+  void remove_leftovers() const;
+  void prune() const;
+
+  const config::Config& cfg_;
+  std::string dir_;  // <run_dir>/checkpoints
+};
+
+// True when the run directory named by the config holds at least one step-N checkpoint and resume is on.
+bool can_resume(const config::Config& cfg);
+
+// The config keys that must match between a checkpoint and the run loading it.
+const std::vector<std::string>& frozen_keys();
+
+struct MetricsTail {
+  double first_loss, last_loss;  // NaN when absent
+};
+
+// Drops the lines of metrics.jsonl whose "step" is past `step` (and a torn last line), atomically, so a
+// resumed run has each step once. Returns the losses of the first and last lines kept (for summary.json).
+MetricsTail truncate_metrics(const std::string& path, int64_t step);
+
+} // namespace shadowgrad::checkpoint

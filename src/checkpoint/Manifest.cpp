@@ -1,0 +1,69 @@
+#include "checkpoint/Manifest.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "checkpoint/Crc32.h"
+
+namespace shadowgrad::checkpoint {
+namespace {
+
+constexpr const char* kCrcPrefix = "# crc32 of the lines above: ";
+
+} // namespace
+
+std::string Manifest::to_text() const {
+  std::string out = "# shadowgrad checkpoint manifest; see docs/reliability.md\n";
+  out += fmt::format("format_version: {}\n", format_version);
+  out += fmt::format("step: {}\n", state.step);
+  out += fmt::format("data_position: {}\n", data_position);
+  out += fmt::format("lr_schedule_position: {}\n", lr_schedule_position);
+  out += fmt::format("optimizer_updates: {}\n", optimizer_updates);
+  out += fmt::format("skipped_steps: {}\n", state.skipped_steps);
+  out += fmt::format("consecutive_nonfinite: {}\n", state.consecutive_nonfinite);
+  out += fmt::format("config_fingerprint: \"{}\"\n", config_fingerprint);
+  out += "frozen_keys:\n";
+  for (const auto& [key, value] : frozen) out += fmt::format("  {}: \"{}\"\n", key, value);
+  out += "files:\n";
+  for (const auto& f : files) out += fmt::format("  {}: {{bytes: {}, crc32: \"{}\"}}\n", f.name, f.bytes, f.crc32);
+  return out + kCrcPrefix + crc32_hex(crc32(out.data(), out.size())) + "\n";
+}
+
+Manifest Manifest::parse(const std::string& text, const std::string& path) {
+  auto corrupt = [&](const std::string& why) {
+    return CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: {}", path, why));
+  };
+  const size_t mark = text.rfind(kCrcPrefix);
+  if (mark == std::string::npos) throw corrupt("no checksum line (truncated?)");
+  const std::string body = text.substr(0, mark);
+  std::string stored = text.substr(mark + std::char_traits<char>::length(kCrcPrefix));
+  while (!stored.empty() && (stored.back() == '\n' || stored.back() == '\r')) stored.pop_back();
+  const std::string actual = crc32_hex(crc32(body.data(), body.size()));
+  if (stored != actual) throw corrupt(fmt::format("crc32 {} does not match the stored {}", actual, stored));
+
+  Manifest m;
+  try {
+    YAML::Node root = YAML::Load(body);
+    m.format_version = root["format_version"].as<int64_t>();
+    if (m.format_version > kFormatVersion)
+      throw InputError(fmt::format("checkpoint '{}' has format_version {}, newer than this trainer's {}; "
+                                   "use a newer shadowgrad", path, m.format_version, kFormatVersion));
+    m.state.step = root["step"].as<int64_t>();
+    m.data_position = root["data_position"].as<int64_t>();
+    m.lr_schedule_position = root["lr_schedule_position"].as<int64_t>();
+    m.optimizer_updates = root["optimizer_updates"].as<int64_t>();
+    m.state.skipped_steps = root["skipped_steps"].as<int64_t>();
+    m.state.consecutive_nonfinite = root["consecutive_nonfinite"].as<int64_t>();
+    m.config_fingerprint = root["config_fingerprint"].as<std::string>();
+    for (const auto& kv : root["frozen_keys"])
+      m.frozen.emplace_back(kv.first.as<std::string>(), kv.second.as<std::string>());
+    for (const auto& kv : root["files"])
+      m.files.push_back({kv.first.as<std::string>(), kv.second["bytes"].as<int64_t>(),
+                         kv.second["crc32"].as<std::string>()});
+  } catch (const YAML::Exception& e) {
+    throw corrupt(e.what());
+  }
+  return m;
+}
+
+} // namespace shadowgrad::checkpoint

@@ -1,0 +1,57 @@
+#pragma once
+// manifest.yml: what a checkpoint directory holds and how to check it. Written last inside the
+// temporary directory; its final line is the CRC-32 of everything above it, so a damaged manifest is
+// caught as surely as a damaged tensor file.
+//
+//   Manifest m;  m.state.step = 5;  m.files.push_back({"model.pt", bytes.size(), crc32_hex(crc32(...))});
+//   write_durably(dir + "/manifest.yml", m.to_text());
+//   Manifest back = Manifest::parse(read_whole_file(dir + "/manifest.yml"), dir + "/manifest.yml");
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "util/Errors.h"
+
+namespace shadowgrad::checkpoint {
+
+// Bumped whenever the layout or meaning of a checkpoint changes; newer formats are refused.
+inline constexpr int64_t kFormatVersion = 1;
+
+// Everything besides tensors that the training loop carries from one step to the next.
+struct TrainState {
+  int64_t step = 0;                   // optimizer steps completed == 0-based index of the next step
+  int64_t skipped_steps = 0;          // steps skipped so far for a non-finite loss or gradient norm
+  int64_t consecutive_nonfinite = 0;  // of which at the end, in a row
+};
+
+struct FileEntry {
+  std::string name;
+  int64_t bytes = 0;
+  std::string crc32;  // 8 hex digits
+};
+
+struct Manifest {
+  int64_t format_version = kFormatVersion;
+  TrainState state;
+  // The next step's position in each stream. The data source is a pure function of (seed, step) and
+  // the LR schedule of the step, so both positions equal state.step; they are recorded to be explicit.
+  int64_t data_position = 0;
+  int64_t lr_schedule_position = 0;
+  int64_t optimizer_updates = 0;  // updates actually applied: step - skipped_steps
+  std::string config_fingerprint;                            // FNV-1a 64 of the frozen keys
+  std::vector<std::pair<std::string, std::string>> frozen;  // key -> value that must match on resume
+  std::vector<FileEntry> files;
+
+  std::string to_text() const;
+  // Throws CorruptCheckpointError naming `path` when the checksum line, the YAML or a field is wrong.
+  static Manifest parse(const std::string& text, const std::string& path);
+};
+
+// A checkpoint file that is missing, truncated, or fails its checksum. Names the file.
+class CorruptCheckpointError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+} // namespace shadowgrad::checkpoint

@@ -1,0 +1,93 @@
+#pragma once
+// Running build/trainer from tests: to completion (popen) or in the background (to send it signals),
+// and reading metrics.jsonl fields as the exact strings the trainer wrote.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace trainer_process {
+
+struct Result {
+  int code;            // exit status, or 128 + signal if killed
+  std::string output;  // stdout and stderr together
+};
+
+inline int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+inline Result run(const std::string& args) {
+  std::string cmd = std::string(TRAINER_BIN) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  return {exit_code(pclose(pipe)), out};
+}
+
+// Starts the trainer in the background with output to `log`; the pid is the trainer's own.
+inline pid_t spawn(const std::string& args, const std::string& log) {
+  std::string cmd = "exec " + std::string(TRAINER_BIN) + " " + args + " >" + log + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+inline int wait_for(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return exit_code(status);
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline std::vector<std::string> lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The raw text of `"key": value` in each line of metrics.jsonl, e.g. {"5.123456789", ...}.
+inline std::vector<std::string> field(const std::string& metrics_path, const std::string& key) {
+  std::vector<std::string> out;
+  for (const auto& line : lines(metrics_path)) {
+    const std::string tag = "\"" + key + "\": ";
+    size_t at = line.find(tag);
+    if (at == std::string::npos) {
+      out.push_back("<missing>");
+      continue;
+    }
+    at += tag.size();
+    out.push_back(line.substr(at, line.find_first_of(",}", at) - at));
+  }
+  return out;
+}
+
+inline std::string fresh_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("sg_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+// A tiny model: emb 32, 2 layers, vocab 64, seq 16, one thread.
+inline const std::string kTiny =
+    " base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16 base_mlp_dim=64"
+    " base_num_decoder_layers=2 vocab_size=64 max_target_length=16 per_device_batch_size=2 num_threads=1 log_period=1";
+
+} // namespace trainer_process

@@ -1,0 +1,217 @@
+// The bad-input table (README "bad input"): each row runs the trainer and checks the exit code and that
+// the last line is one "error: ..." line naming the culprit (key, file or line). One TEST_CASE per row.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "TrainerProcess.h"
+
+namespace fs = std::filesystem;
+namespace tp = trainer_process;
+
+namespace {
+
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  return t.substr(t.rfind('\n') == std::string::npos ? 0 : t.rfind('\n') + 1);
+}
+
+// Runs `args` with a fresh output directory and checks code, message and that nothing was created.
+void expect_bad_input(const std::string& args, const std::string& message, int code = 2, bool writes_nothing = true) {
+  const std::string out = tp::fresh_dir("bad_out");
+  const auto r = tp::run(args + " base_output_directory=" + out);
+  INFO("trainer " << args << "\n" << r.output);
+  CHECK(r.code == code);
+  CHECK_THAT(last_line(r.output), Catch::StartsWith("error: ") && Catch::Contains(message));
+  if (writes_nothing) CHECK_FALSE(fs::exists(out));
+}
+
+// Writes `text` to a fresh file and returns its path.
+std::string file_with(const std::string& name, const std::string& text) {
+  const std::string dir = tp::fresh_dir("bad_files");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/" + name, std::ios::binary) << text;
+  return dir + "/" + name;
+}
+
+// A finished 2-step tiny run in a fresh base directory (checkpoint at step 2); returns the base.
+std::string finished_run(const std::string& extra = "") {
+  const std::string base = tp::fresh_dir("bad_prior");
+  auto r = tp::run("base.yml steps=2 run_name=r base_output_directory=" + base + tp::kTiny + " " + extra);
+  REQUIRE(r.code == 0);
+  return base;
+}
+
+// The same run again with `changes`, expected to fail on resume.
+void expect_resume_error(const std::string& base, const std::string& changes, const std::string& message) {
+  auto r = tp::run("base.yml steps=4 run_name=r base_output_directory=" + base + tp::kTiny + " " + changes);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK_THAT(last_line(r.output), Catch::StartsWith("error: ") && Catch::Contains(message));
+}
+
+} // namespace
+
+TEST_CASE("bad input: unknown key on the command line, with a suggestion", "[bad-input]") {
+  expect_bad_input("base.yml gradient_acumulation_steps=4",
+                   "unknown config key 'gradient_acumulation_steps' (did you mean 'gradient_accumulation_steps'?)");
+}
+
+TEST_CASE("bad input: unknown key in the YAML file, with its line and a suggestion", "[bad-input]") {
+  expect_bad_input(file_with("typo.yml", "steps: 2\nlearning_rat: 0.1\n"),
+                   "typo.yml:2: unknown config key 'learning_rat' (did you mean 'learning_rate'?)");
+}
+
+TEST_CASE("bad input: wrong type (integer)", "[bad-input]") {
+  expect_bad_input("base.yml steps=abc", "invalid value 'abc' for config key 'steps': expected an integer");
+}
+
+TEST_CASE("bad input: wrong type (bool)", "[bad-input]") {
+  expect_bad_input("base.yml enable_checkpointing=maybe",
+                   "invalid value 'maybe' for config key 'enable_checkpointing': expected true or false");
+}
+
+TEST_CASE("bad input: wrong type in the YAML file (a list), with its line", "[bad-input]") {
+  expect_bad_input(file_with("list.yml", "steps: 2\nlearning_rate: [0.1, 0.2]\n"),
+                   "list.yml:2: config key 'learning_rate' must be a single value, not a list or map");
+}
+
+TEST_CASE("bad input: zero where a positive value is needed", "[bad-input]") {
+  expect_bad_input("base.yml steps=0", "invalid value '0' for config key 'steps': expected an integer >= 1");
+}
+
+TEST_CASE("bad input: negative where a positive value is needed", "[bad-input]") {
+  expect_bad_input("base.yml per_device_batch_size=-2",
+                   "invalid value '-2' for config key 'per_device_batch_size': expected an integer >= 1");
+}
+
+TEST_CASE("bad input: gradient_accumulation_steps too large", "[bad-input]") {
+  expect_bad_input("base.yml gradient_accumulation_steps=1000000",
+                   "per_device_batch_size (8) x gradient_accumulation_steps (1000000) is too large");
+}
+
+TEST_CASE("bad input: bad dtype name", "[bad-input]") {
+  expect_bad_input("base.yml grad_dtype=float8",
+                   "invalid value 'float8' for config key 'grad_dtype': expected one of float32|bfloat16|float16");
+}
+
+TEST_CASE("bad input: base_num_query_heads not divisible by base_num_kv_heads", "[bad-input]") {
+  expect_bad_input("base.yml base_num_query_heads=6 base_num_kv_heads=4",
+                   "base_num_query_heads (6) must be a multiple of base_num_kv_heads (4)");
+}
+
+TEST_CASE("bad input: head_dim that RoPE cannot use", "[bad-input]") {
+  expect_bad_input("base.yml head_dim=15", "head_dim (15) must be even for RoPE");
+}
+
+TEST_CASE("bad input: missing dataset file", "[bad-input]") {
+  expect_bad_input("base.yml dataset_type=text dataset_path=/nonexistent.txt",
+                   "dataset_path '/nonexistent.txt' does not exist");
+}
+
+TEST_CASE("bad input: empty dataset file", "[bad-input]") {
+  const std::string path = file_with("empty.txt", "");
+  expect_bad_input("base.yml dataset_type=text dataset_path=" + path, "dataset_path '" + path + "' is empty");
+}
+
+TEST_CASE("bad input: binary dataset file", "[bad-input]") {
+  const std::string path = file_with("binary.bin", std::string(200, 'a') + std::string(1, '\0') + std::string(200, 'b'));
+  expect_bad_input("base.yml dataset_type=text dataset_path=" + path,
+                   "dataset_path '" + path + "' looks binary (NUL byte at offset 200)");
+}
+
+TEST_CASE("bad input: tokens >= vocab_size", "[bad-input]") {
+  const std::string path = file_with("text.txt", std::string(300, 'z'));
+  expect_bad_input("base.yml dataset_type=text vocab_size=64 dataset_path=" + path,
+                   "byte 122 at offset 0 is >= vocab_size=64");
+}
+
+TEST_CASE("bad input: missing config file", "[bad-input]") {
+  expect_bad_input("no_such_config.yml", "config file 'no_such_config.yml' does not exist");
+}
+
+TEST_CASE("bad input: missing CONFIG argument", "[bad-input]") {
+  expect_bad_input("", "missing CONFIG; usage: trainer CONFIG [key=value ...]");
+}
+
+TEST_CASE("bad input: unknown command-line flag", "[bad-input]") {
+  expect_bad_input("base.yml --no-such-flag", "no-such-flag");
+}
+
+TEST_CASE("bad input: an override that is not key=value", "[bad-input]") {
+  expect_bad_input("base.yml steps", "override 'steps' is not of the form key=value");
+}
+
+TEST_CASE("bad input: YAML syntax error, with the line", "[bad-input]") {
+  expect_bad_input(file_with("syntax.yml", "steps: 2\nlog_period: 1\nlearning_rate: [0.1\n"),
+                   "syntax.yml:4: YAML syntax error");
+}
+
+TEST_CASE("bad input: the same key overridden twice is an error", "[bad-input]") {
+  expect_bad_input("base.yml steps=1 steps=2", "config key 'steps' is overridden twice; give it once");
+}
+
+TEST_CASE("bad input: the same key twice in the YAML file", "[bad-input]") {
+  expect_bad_input(file_with("dup.yml", "steps: 2\nsteps: 3\n"), "dup.yml:2: config key 'steps' appears twice");
+}
+
+TEST_CASE("bad input: resuming a checkpoint of another model shape", "[bad-input][checkpoint]") {
+  const std::string base = finished_run();
+  expect_resume_error(base, "base_emb_dim=48",
+                      "was written with base_emb_dim=32, but the config has base_emb_dim=48; base_emb_dim cannot "
+                      "change on resume");
+}
+
+TEST_CASE("bad input: resuming a checkpoint with another vocab_size", "[bad-input][checkpoint]") {
+  const std::string base = finished_run();
+  expect_resume_error(base, "vocab_size=128", "was written with vocab_size=64, but the config has vocab_size=128");
+}
+
+TEST_CASE("bad input: a truncated checkpoint (the only one)", "[bad-input][checkpoint]") {
+  const std::string base = finished_run();
+  const std::string file = base + "/r/checkpoints/step-2/model.pt";
+  fs::resize_file(file, fs::file_size(file) / 2);
+  expect_resume_error(base, "", "checkpoint file '" + file + "' is corrupt");
+}
+
+TEST_CASE("bad input: a checkpoint with flipped bytes, loaded explicitly", "[bad-input][checkpoint]") {
+  const std::string base = finished_run("checkpoint_period=1 max_num_checkpoints_to_keep=0");
+  const std::string file = base + "/r/checkpoints/step-1/optimizer.pt";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(fs::file_size(file) / 2);
+    f.write("\xde\xad\xbe\xef", 4);
+  }
+  expect_resume_error(base, "load_checkpoint_step=1",
+                      "checkpoint file '" + file + "' is corrupt: crc32");
+}
+
+TEST_CASE("bad input: load_checkpoint_step that does not exist", "[bad-input][checkpoint]") {
+  const std::string base = finished_run();
+  expect_resume_error(base, "load_checkpoint_step=7", "load_checkpoint_step=7: there is no checkpoint");
+}
+
+TEST_CASE("bad input: an existing run directory without checkpoints", "[bad-input]") {
+  const std::string base = finished_run("enable_checkpointing=false");
+  expect_resume_error(base, "", "already exists and holds no checkpoint to resume from");
+}
+
+TEST_CASE("bad input: an unwritable output directory (/proc)", "[bad-input]") {
+  const std::string out = "/proc/sg_no_such_dir";
+  auto r = tp::run("base.yml steps=1 run_name=r base_output_directory=" + out + tp::kTiny);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK_THAT(last_line(r.output), Catch::StartsWith("error: cannot create run directory '" + out + "/r'"));
+}
+
+TEST_CASE("bad input: an output directory under a regular file", "[bad-input]") {
+  const std::string file = file_with("plain_file", "x");
+  auto r = tp::run("base.yml steps=1 run_name=r base_output_directory=" + file + "/runs" + tp::kTiny);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK_THAT(last_line(r.output), Catch::StartsWith("error: cannot create run directory '" + file + "/runs/r'") &&
+                                      Catch::Contains("Not a directory"));
+}

@@ -1,0 +1,493 @@
+// Checkpoints and resume: the format (CRC-32, manifest), in-process save/restore, crashes at every stage
+// of a write, corruption and fallback, frozen keys, pruning; then the trainer end to end: bitwise resume
+// for K=1, K=4 and a bf16 shadow, SIGTERM, a double SIGINT, kill -9, NaN skipping, and a full disk.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+
+#include "TinyConfig.h"
+#include "TrainerProcess.h"
+#include "checkpoint/Checkpointer.h"
+#include "checkpoint/Crc32.h"
+#include "checkpoint/Manifest.h"
+#include "data/DataSource.h"
+#include "model/Decoder.h"
+#include "train/TrainStep.h"
+#include "util/Errors.h"
+
+using namespace shadowgrad;
+namespace fs = std::filesystem;
+namespace tp = trainer_process;
+
+namespace {
+
+// A TrainStep on a tiny config, with the data source it reads.
+struct Rig {
+  config::Config cfg;
+  std::unique_ptr<data::DataSource> source;
+  std::unique_ptr<train::TrainStep> step;
+  explicit Rig(const config::Config& c) : cfg(c), source(data::make_source(cfg)) {
+    step = std::make_unique<train::TrainStep>(cfg, model::Decoder(model::DecoderOptions::from_config(cfg)), *source,
+                                              c10::Device(c10::kCPU));
+  }
+  torch::nn::Module& module() { return *step->model(); }
+};
+
+std::vector<at::Tensor> snapshot_params(Rig& r) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : r.step->model()->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// exp_avg, exp_avg_sq and the step count of every AdamW parameter state, in parameter order.
+std::vector<at::Tensor> snapshot_adam(Rig& r) {
+  std::vector<at::Tensor> out;
+  auto& opt = r.step->optimizer();
+  for (const auto& p : opt.param_groups()[0].params()) {
+    auto it = opt.state().find(p.unsafeGetTensorImpl());
+    if (it == opt.state().end()) continue;
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    out.push_back(s.exp_avg().clone());
+    out.push_back(s.exp_avg_sq().clone());
+    out.push_back(at::scalar_tensor(double(s.step()), at::kDouble));
+  }
+  return out;
+}
+
+bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!at::equal(a[i], b[i])) return false;
+  return true;
+}
+
+void flip_byte(const std::string& path, size_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c;
+  f.get(c);
+  f.seekp(offset);
+  f.put(char(c ^ 0x5A));
+}
+
+void truncate_file(const std::string& path) { fs::resize_file(path, fs::file_size(path) / 2); }
+
+config::Config rig_config(const std::string& base, int64_t k, const std::string& grad_dtype) {
+  config::Config c = tiny_config();
+  c.base_output_directory = base;
+  c.run_name = "r";
+  c.per_device_batch_size = 2;
+  c.gradient_accumulation_steps = k;
+  c.grad_dtype = grad_dtype;
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("crc32 gives the standard check value and chains", "[checkpoint]") {
+  CHECK(checkpoint::crc32("123456789", 9) == 0xCBF43926u);
+  CHECK(checkpoint::crc32("6789", 4, checkpoint::crc32("12345", 5)) == 0xCBF43926u);
+  CHECK(checkpoint::crc32_hex(0xCBF43926u) == "cbf43926");
+}
+
+TEST_CASE("a manifest round-trips, and one flipped byte in it is caught", "[checkpoint]") {
+  checkpoint::Manifest m;
+  m.state = {7, 2, 1};
+  m.data_position = m.lr_schedule_position = 7;
+  m.optimizer_updates = 5;
+  m.config_fingerprint = "00ff";
+  m.frozen = {{"vocab_size", "64"}};
+  m.files = {{"model.pt", 123, "deadbeef"}};
+  const std::string text = m.to_text();
+  auto back = checkpoint::Manifest::parse(text, "m.yml");
+  CHECK(back.state.step == 7);
+  CHECK(back.state.skipped_steps == 2);
+  CHECK(back.state.consecutive_nonfinite == 1);
+  CHECK(back.optimizer_updates == 5);
+  CHECK(back.frozen == m.frozen);
+  REQUIRE(back.files.size() == 1);
+  CHECK(back.files[0].crc32 == "deadbeef");
+  for (size_t at : {size_t(20), text.size() / 2, text.size() - 3}) {
+    std::string bad = text;
+    bad[at] ^= 0x01;
+    CHECK_THROWS_AS(checkpoint::Manifest::parse(bad, "m.yml"), checkpoint::CorruptCheckpointError);
+  }
+  CHECK_THROWS_WITH(checkpoint::Manifest::parse(text.substr(0, text.size() / 2), "m.yml"),
+                    Catch::Contains("'m.yml' is corrupt"));
+}
+
+TEST_CASE("save then restore into a fresh model: the next steps are bitwise equal", "[checkpoint]") {
+  const std::string base = tp::fresh_dir("ckpt_inproc");
+  for (auto [k, grad_dtype] : {std::pair<int64_t, const char*>{1, "float32"}, {4, "bfloat16"}}) {
+    DYNAMIC_SECTION("K=" << k << " grad_dtype=" << grad_dtype) {
+      config::Config c = rig_config(base, k, grad_dtype);
+      fs::remove_all(base);
+      Rig a(c);
+      for (int64_t s = 0; s < 3; ++s) a.step->run(s);
+      checkpoint::Checkpointer writer(c, base + "/r");
+      at::manual_seed(1234);  // the RNG state is part of the checkpoint
+      writer.save({3, 0, 0}, a.module(), a.step->optimizer());
+      const double random_after_save = at::rand({1}).item<double>();
+
+      Rig b(c);
+      CHECK_FALSE(all_equal(snapshot_params(a), snapshot_params(b)));
+      at::manual_seed(999);
+      checkpoint::Checkpointer reader(c, base + "/r");
+      auto state = reader.restore(b.module(), b.step->optimizer());
+      CHECK(state.step == 3);
+      CHECK(at::rand({1}).item<double>() == random_after_save);
+      CHECK(all_equal(snapshot_params(a), snapshot_params(b)));
+      CHECK(all_equal(snapshot_adam(a), snapshot_adam(b)));
+      for (int64_t s = 3; s < 6; ++s) CHECK(a.step->run(s).loss == b.step->run(s).loss);
+      CHECK(all_equal(snapshot_params(a), snapshot_params(b)));
+    }
+  }
+}
+
+TEST_CASE("a crash at any stage of a checkpoint write leaves the previous one complete", "[checkpoint]") {
+  const std::string base = tp::fresh_dir("ckpt_crash");
+  config::Config c = rig_config(base, 1, "float32");
+  Rig rig(c);
+  rig.step->run(0);
+  checkpoint::Checkpointer ckpt(c, base + "/r");
+  ckpt.save({1, 0, 0}, rig.module(), rig.step->optimizer());
+  rig.step->run(1);
+  const auto params_at_2 = snapshot_params(rig);
+
+  for (std::string stage : {"model.pt", "optimizer.pt", "rng.pt", "config.yml", "manifest.yml", "before-rename"}) {
+    INFO("crash after " << stage);
+    checkpoint::Checkpointer::set_fault_hook([&](const std::string& s) {
+      if (s == stage) throw std::runtime_error("simulated crash");
+    });
+    CHECK_THROWS_WITH(ckpt.save({2, 0, 0}, rig.module(), rig.step->optimizer()),
+                      Catch::Contains("simulated crash") && Catch::Contains("earlier checkpoints are untouched"));
+    checkpoint::Checkpointer::set_fault_hook(nullptr);
+    CHECK(ckpt.steps() == std::vector<int64_t>{1});
+    Rig fresh(c);
+    CHECK(ckpt.restore(fresh.module(), fresh.step->optimizer()).step == 1);
+  }
+
+  // A crash that kills the process leaves the .tmp directory behind: simulate it, then resume.
+  fs::create_directories(base + "/r/checkpoints/.tmp-step-2");
+  std::ofstream(base + "/r/checkpoints/.tmp-step-2/model.pt") << "half a file";
+  Rig fresh(c);
+  CHECK(ckpt.restore(fresh.module(), fresh.step->optimizer()).step == 1);
+  CHECK_FALSE(fs::exists(base + "/r/checkpoints/.tmp-step-2"));
+
+  // Replacing an existing step-N (after loading an earlier step): a crash between moving the old copy
+  // aside and renaming the new one in puts the old copy back on the next start.
+  ckpt.save({2, 0, 0}, rig.module(), rig.step->optimizer());
+  checkpoint::Checkpointer::set_fault_hook([](const std::string& s) {
+    if (s == "old-moved-aside") throw std::runtime_error("simulated crash");
+  });
+  CHECK_THROWS(ckpt.save({2, 0, 0}, rig.module(), rig.step->optimizer()));
+  checkpoint::Checkpointer::set_fault_hook(nullptr);
+  CHECK(ckpt.steps() == std::vector<int64_t>{1});
+  Rig again(c);
+  CHECK(ckpt.restore(again.module(), again.step->optimizer()).step == 2);
+  CHECK(all_equal(snapshot_params(again), params_at_2));
+}
+
+TEST_CASE("a corrupt latest checkpoint is named and the previous one is used; an explicit step errors",
+          "[checkpoint]") {
+  const std::string base = tp::fresh_dir("ckpt_corrupt");
+  config::Config c = rig_config(base, 1, "float32");
+  c.max_num_checkpoints_to_keep = 0;
+  Rig rig(c);
+  checkpoint::Checkpointer ckpt(c, base + "/r");
+  for (int64_t s = 0; s < 3; ++s) {
+    rig.step->run(s);
+    ckpt.save({s + 1, 0, 0}, rig.module(), rig.step->optimizer());
+  }
+  const std::string step3 = ckpt.step_dir(3), step2 = ckpt.step_dir(2);
+  SECTION("truncated model.pt") { truncate_file(step3 + "/model.pt"); }
+  SECTION("flipped byte in optimizer.pt") { flip_byte(step3 + "/optimizer.pt", fs::file_size(step3 + "/optimizer.pt") / 2); }
+  SECTION("flipped byte in manifest.yml") { flip_byte(step3 + "/manifest.yml", 60); }
+  SECTION("missing rng.pt") { fs::remove(step3 + "/rng.pt"); }
+
+  Rig fresh(c);
+  CHECK(ckpt.restore(fresh.module(), fresh.step->optimizer()).step == 2);
+
+  config::Config explicit_step = c;
+  explicit_step.load_checkpoint_step = 3;
+  checkpoint::Checkpointer strict(explicit_step, base + "/r");
+  CHECK_THROWS_AS(strict.restore(fresh.module(), fresh.step->optimizer()), checkpoint::CorruptCheckpointError);
+  CHECK_THROWS_WITH(strict.restore(fresh.module(), fresh.step->optimizer()), Catch::Contains(step3 + "/"));
+
+  // Nothing loadable at all: an error naming the file, never a silent fresh start.
+  truncate_file(step2 + "/model.pt");
+  truncate_file(ckpt.step_dir(1) + "/model.pt");
+  CHECK_THROWS_WITH(ckpt.restore(fresh.module(), fresh.step->optimizer()),
+                    Catch::Contains(step3 + "/") && Catch::Contains("no earlier checkpoint is loadable"));
+}
+
+TEST_CASE("a changed model shape, vocab or optimizer names the key; allowed keys may change", "[checkpoint]") {
+  const std::string base = tp::fresh_dir("ckpt_frozen");
+  config::Config c = rig_config(base, 1, "float32");
+  Rig rig(c);
+  rig.step->run(0);
+  checkpoint::Checkpointer(c, base + "/r").save({1, 0, 0}, rig.module(), rig.step->optimizer());
+
+  struct Change {
+    std::string key;
+    std::function<void(config::Config&)> apply;
+  };
+  const Change changes[] = {{"base_emb_dim", [](config::Config& x) { x.base_emb_dim = 48; }},
+                            {"vocab_size", [](config::Config& x) { x.vocab_size = 128; }},
+                            {"base_num_decoder_layers", [](config::Config& x) { x.base_num_decoder_layers = 3; }},
+                            {"opt_type", [](config::Config& x) { x.opt_type = "adam"; }}};
+  for (const auto& change : changes) {
+    config::Config other = c;
+    change.apply(other);
+    Rig r(other);
+    CHECK_THROWS_WITH(checkpoint::Checkpointer(other, base + "/r").restore(r.module(), r.step->optimizer()),
+                      Catch::Contains("written with " + change.key + "=") && Catch::Contains("cannot change on resume"));
+  }
+  config::Config longer = c;
+  longer.steps = 50;
+  longer.gradient_accumulation_steps = 2;
+  Rig r(longer);
+  CHECK(checkpoint::Checkpointer(longer, base + "/r").restore(r.module(), r.step->optimizer()).step == 1);
+}
+
+TEST_CASE("checkpoint_period, the last step, and keeping the newest N", "[checkpoint]") {
+  const std::string base = tp::fresh_dir("ckpt_keep");
+  config::Config c = rig_config(base, 1, "float32");
+  c.steps = 10;
+  c.checkpoint_period = 4;
+  c.max_num_checkpoints_to_keep = 2;
+  checkpoint::Checkpointer ckpt(c, base + "/r");
+  CHECK(ckpt.due(4));
+  CHECK(ckpt.due(8));
+  CHECK(ckpt.due(10));
+  CHECK_FALSE(ckpt.due(5));
+  Rig rig(c);
+  for (int64_t s : {4, 8, 10}) ckpt.save({s, 0, 0}, rig.module(), rig.step->optimizer());
+  CHECK(ckpt.steps() == std::vector<int64_t>{8, 10});
+  c.enable_checkpointing = false;
+  CHECK_FALSE(ckpt.due(8));
+}
+
+TEST_CASE("truncate_metrics keeps each step up to the checkpoint once and drops a torn line", "[checkpoint]") {
+  const std::string dir = tp::fresh_dir("ckpt_metrics");
+  fs::create_directories(dir);
+  const std::string path = dir + "/metrics.jsonl";
+  std::ofstream(path) << "{\"step\": 1, \"loss\": 4.5}\n{\"step\": 2, \"loss\": 4.25}\n{\"step\": 3, \"loss\": 4}\n"
+                         "{\"step\": 4, \"lo";
+  auto tail = checkpoint::truncate_metrics(path, 2);
+  CHECK(tail.first_loss == 4.5);
+  CHECK(tail.last_loss == 4.25);
+  CHECK(tp::lines(path) == std::vector<std::string>{"{\"step\": 1, \"loss\": 4.5}", "{\"step\": 2, \"loss\": 4.25}"});
+}
+
+TEST_CASE("a non-finite step leaves parameters and optimizer state untouched", "[checkpoint][nan]") {
+  config::Config c = tiny_config();
+  c.debug_nan_at_step = 3;  // 1-based: the step with index 2
+  Rig rig(c);
+  rig.step->run(0);
+  rig.step->run(1);
+  const auto params = snapshot_params(rig);
+  const auto adam = snapshot_adam(rig);
+  REQUIRE_FALSE(adam.empty());
+  auto s = rig.step->run(2);
+  CHECK(s.skipped);
+  CHECK(std::isnan(s.loss));
+  CHECK(all_equal(params, snapshot_params(rig)));
+  CHECK(all_equal(adam, snapshot_adam(rig)));
+  for (const auto& shadow : rig.step->accumulator().shadows()) CHECK(shadow.abs().max().item<double>() == 0);
+  auto next = rig.step->run(3);
+  CHECK_FALSE(next.skipped);
+  CHECK(std::isfinite(next.loss));
+  CHECK_FALSE(all_equal(params, snapshot_params(rig)));
+}
+
+// ---- the trainer end to end --------------------------------------------------------------------------
+
+namespace {
+
+std::string run_args(const std::string& base, const std::string& name, const std::string& extra) {
+  return "base.yml base_output_directory=" + base + " run_name=" + name + tp::kTiny +
+         " learning_rate_schedule_steps=30 " + extra;
+}
+
+// Waits until metrics.jsonl has at least `n` lines (or 120 s pass).
+void wait_for_lines(const std::string& path, size_t n) {
+  for (int i = 0; i < 24000 && tp::lines(path).size() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+int64_t latest_checkpoint(const std::string& run_dir) {
+  int64_t best = 0;
+  for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) {
+    std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) == 0) best = std::max<int64_t>(best, std::stoll(n.substr(5)));
+  }
+  return best;
+}
+
+std::vector<std::string> step_column(const std::string& run_dir) { return tp::field(run_dir + "/metrics.jsonl", "step"); }
+
+std::vector<std::string> one_to(int64_t n) {
+  std::vector<std::string> out;
+  for (int64_t i = 1; i <= n; ++i) out.push_back(std::to_string(i));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("bitwise resume: 10 steps == 5 steps + resume to 10, as exact decimal strings", "[resume]") {
+  const std::string base = tp::fresh_dir("resume_bitwise");
+  const char* variants[] = {"gradient_accumulation_steps=1 grad_dtype=float32",
+                            "gradient_accumulation_steps=4 grad_dtype=float32",
+                            "gradient_accumulation_steps=4 grad_dtype=bfloat16"};
+  int v = 0;
+  for (const char* variant : variants) {
+    DYNAMIC_SECTION(variant) {
+      const std::string straight = "a" + std::to_string(v), split = "b" + std::to_string(v);
+      auto full = tp::run(run_args(base, straight, std::string(variant) + " steps=10"));
+      REQUIRE(full.code == 0);
+      auto first = tp::run(run_args(base, split, std::string(variant) + " steps=5"));
+      REQUIRE(first.code == 0);
+      CHECK(latest_checkpoint(base + "/" + split) == 5);
+      auto resumed = tp::run(run_args(base, split, std::string(variant) + " steps=10"));
+      INFO(resumed.output);
+      REQUIRE(resumed.code == 0);
+      CHECK_THAT(resumed.output, Catch::Contains("resumed from") && Catch::Contains("step-5"));
+      auto a = tp::field(base + "/" + straight + "/metrics.jsonl", "loss");
+      auto b = tp::field(base + "/" + split + "/metrics.jsonl", "loss");
+      REQUIRE(a.size() == 10);
+      CHECK(a == b);  // steps 1..5 from the first run, 6..10 after the resume
+      CHECK(step_column(base + "/" + split) == one_to(10));
+      CHECK(fs::exists(base + "/" + split + "/summary.json"));
+
+      // A finished run: the same command again has nothing to do.
+      auto again = tp::run(run_args(base, split, std::string(variant) + " steps=10"));
+      CHECK(again.code == 0);
+      CHECK_THAT(again.output, Catch::Contains("already complete at step 10"));
+      CHECK(tp::field(base + "/" + split + "/metrics.jsonl", "loss") == a);
+    }
+    ++v;
+  }
+}
+
+TEST_CASE("SIGTERM finishes the step, checkpoints, exits 143; the same command resumes bitwise", "[resume][signals]") {
+  const std::string base = tp::fresh_dir("resume_sigterm");
+  const std::string dir = base + "/b";
+  pid_t pid = tp::spawn(run_args(base, "b", "steps=100000 checkpoint_period=100000"), base + ".log");
+  wait_for_lines(dir + "/metrics.jsonl", 3);
+  kill(pid, SIGTERM);
+  const int code = tp::wait_for(pid);
+  const std::string log = tp::read_text(base + ".log");
+  INFO(log);
+  CHECK(code == 143);
+  CHECK_THAT(log, Catch::Contains("stopped by SIGTERM after step"));
+  const int64_t k = latest_checkpoint(dir);
+  REQUIRE(k >= 3);
+  CHECK(step_column(dir) == one_to(k));  // metrics flushed up to the checkpoint, nothing after
+
+  const std::string steps = " steps=" + std::to_string(k + 4);
+  auto resumed = tp::run(run_args(base, "b", "checkpoint_period=100000" + steps));
+  INFO(resumed.output);
+  REQUIRE(resumed.code == 0);
+  REQUIRE(tp::run(run_args(base, "a", "checkpoint_period=100000" + steps)).code == 0);
+  CHECK(tp::field(base + "/a/metrics.jsonl", "loss") == tp::field(dir + "/metrics.jsonl", "loss"));
+  CHECK(step_column(dir) == one_to(k + 4));
+}
+
+TEST_CASE("a second SIGINT exits at once with 130 and the last complete checkpoint stays loadable",
+          "[resume][signals]") {
+  const std::string base = tp::fresh_dir("resume_sigint2");
+  const std::string dir = base + "/b";
+  pid_t pid = tp::spawn(run_args(base, "b", "steps=100000 checkpoint_period=1"), base + ".log");
+  wait_for_lines(dir + "/metrics.jsonl", 3);
+  kill(pid, SIGINT);
+  kill(pid, SIGINT);
+  const int code = tp::wait_for(pid);
+  INFO(tp::read_text(base + ".log"));
+  CHECK(code == 130);
+  const int64_t k = latest_checkpoint(dir);
+  REQUIRE(k >= 1);
+  const std::string steps = " steps=" + std::to_string(k + 3);
+  auto resumed = tp::run(run_args(base, "b", "checkpoint_period=1" + steps));
+  INFO(resumed.output);
+  REQUIRE(resumed.code == 0);
+  REQUIRE(tp::run(run_args(base, "a", "checkpoint_period=1" + steps)).code == 0);
+  CHECK(tp::field(base + "/a/metrics.jsonl", "loss") == tp::field(dir + "/metrics.jsonl", "loss"));
+  CHECK(step_column(dir) == one_to(k + 3));
+}
+
+TEST_CASE("kill -9 at random points while checkpoints are written never loses the previous one", "[resume][kill]") {
+  const std::string base = tp::fresh_dir("resume_kill9");
+  const std::string dir = base + "/b";
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 4; ++round) {
+    const size_t have = tp::lines(dir + "/metrics.jsonl").size();
+    pid_t pid = tp::spawn(run_args(base, "b", "steps=100000 checkpoint_period=1"), base + ".log");
+    wait_for_lines(dir + "/metrics.jsonl", have + 2);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30000));
+    kill(pid, SIGKILL);
+    CHECK(tp::wait_for(pid) == 128 + SIGKILL);
+  }
+  const int64_t k = latest_checkpoint(dir);
+  REQUIRE(k >= 2);
+  const std::string steps = " steps=" + std::to_string(k + 2);
+  auto resumed = tp::run(run_args(base, "b", "checkpoint_period=1" + steps));
+  INFO(resumed.output);
+  REQUIRE(resumed.code == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
+  REQUIRE(tp::run(run_args(base, "a", "checkpoint_period=1" + steps)).code == 0);
+  CHECK(tp::field(base + "/a/metrics.jsonl", "loss") == tp::field(dir + "/metrics.jsonl", "loss"));
+  CHECK(step_column(dir) == one_to(k + 2));
+}
+
+TEST_CASE("non-finite steps are skipped and counted; max_consecutive_nonfinite in a row exits 3", "[nan]") {
+  const std::string base = tp::fresh_dir("nan");
+  auto ok = tp::run(run_args(base, "ok", "steps=6 debug_nan_at_step=3 debug_nan_num_steps=2 max_consecutive_nonfinite=3"));
+  INFO(ok.output);
+  REQUIRE(ok.code == 0);
+  CHECK(tp::field(base + "/ok/metrics.jsonl", "skipped_steps") ==
+        std::vector<std::string>{"0", "0", "1", "2", "2", "2"});
+  CHECK(tp::field(base + "/ok/metrics.jsonl", "loss")[2] == "null");
+  CHECK_THAT(ok.output, Catch::Contains("step 3: non-finite loss"));
+
+  auto stop = tp::run(run_args(base, "stop", "steps=10 debug_nan_at_step=2 debug_nan_num_steps=5 max_consecutive_nonfinite=3"));
+  CHECK(stop.code == 3);
+  CHECK_THAT(stop.output, Catch::Contains("error: steps 2..4 all had a non-finite loss or gradient norm "
+                                          "(max_consecutive_nonfinite=3)"));
+  CHECK(tp::lines(base + "/stop/metrics.jsonl").size() == 4);
+}
+
+TEST_CASE("a full disk during a checkpoint write: a clear error, and the earlier checkpoint survives", "[disk]") {
+  const std::string base = tp::fresh_dir("disk");
+  // Size one checkpoint of this model on the normal disk first.
+  REQUIRE(tp::run(run_args(base, "probe", "steps=1")).code == 0);
+  uintmax_t one = 0;
+  for (const auto& e : fs::recursive_directory_iterator(base + "/probe/checkpoints/step-1")) one += e.file_size();
+  const std::string mnt = base + "/small";
+  fs::create_directories(mnt);
+  const uintmax_t kib = (one * 3 / 2 + 32 * 1024) / 1024;
+  if (std::system(("mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs " + mnt + " 2>/dev/null").c_str()) != 0) {
+    WARN("skipped: cannot mount a small tmpfs here (needs root); the full-disk path is untested on this machine");
+    return;
+  }
+  auto r = tp::run(run_args(mnt, "b", "steps=3 checkpoint_period=1 max_num_checkpoints_to_keep=1"));
+  fs::copy(mnt + "/b", base + "/copy/b", fs::copy_options::recursive);
+  std::system(("umount " + mnt).c_str());
+  INFO(r.output);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.output, Catch::Contains("error: cannot write checkpoint") && Catch::Contains("step-2") &&
+                           Catch::Contains("No space left on device") &&
+                           Catch::Contains("earlier checkpoints are untouched"));
+  // step-1 is intact: the copy resumes from it and finishes.
+  auto resumed = tp::run(run_args(base + "/copy", "b", "steps=3 checkpoint_period=1 max_num_checkpoints_to_keep=1"));
+  INFO(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("resumed from") && Catch::Contains("step-1"));
+}
