@@ -52,7 +52,7 @@ std::vector<at::Tensor> snapshot_adam(Rig& r) {
   std::vector<at::Tensor> out;
   auto& opt = r.step->optimizer();
   for (const auto& p : opt.param_groups()[0].params()) {
-    auto it = opt.state().find(p.unsafeGetTensorImpl());
+    auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
     if (it == opt.state().end()) continue;
     auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
     out.push_back(s.exp_avg().clone());
@@ -477,9 +477,13 @@ TEST_CASE("a full disk during a checkpoint write: a clear error, and the earlier
     WARN("skipped: cannot mount a small tmpfs here (needs root); the full-disk path is untested on this machine");
     return;
   }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { std::system(("umount " + dir).c_str()); }
+  } unmount{mnt};
   auto r = tp::run(run_args(mnt, "b", "steps=3 checkpoint_period=1 max_num_checkpoints_to_keep=1"));
+  fs::create_directories(base + "/copy");
   fs::copy(mnt + "/b", base + "/copy/b", fs::copy_options::recursive);
-  std::system(("umount " + mnt).c_str());
   INFO(r.output);
   CHECK(r.code == 1);
   CHECK_THAT(r.output, Catch::Contains("error: cannot write checkpoint") && Catch::Contains("step-2") &&
