@@ -1,6 +1,7 @@
 #include "checkpoint/Checkpointer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -234,6 +235,8 @@ void Checkpointer::remove_leftovers() const {
 void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   const std::string final_dir = step_dir(state.step);
   const std::string tmp = fmt::format("{}/.tmp-step-{}", dir_, state.step);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t total_bytes = 0;
   std::error_code ec;
   try {
     fs::create_directories(dir_);
@@ -251,6 +254,7 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
     auto put = [&](const std::string& name, const std::string& bytes) {
       write_durably(tmp + "/" + name, bytes);
       m.files.push_back({name, int64_t(bytes.size()), crc32_hex(crc32(bytes.data(), bytes.size()))});
+      total_bytes += int64_t(bytes.size());
       stage(name);
     };
     put("model.pt", serialize([&](auto& a) {
@@ -284,6 +288,8 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
                                          final_dir, e.what()));
   }
   prune();
+  spdlog::info("checkpoint {} written: {:.2f} MB in {:.2f} s", final_dir, total_bytes / 1e6,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void Checkpointer::prune() const {
