@@ -196,7 +196,7 @@ TEST_CASE("a crash at any stage of a checkpoint write leaves the previous one co
   CHECK(all_equal(snapshot_params(again), params_at_2));
 }
 
-TEST_CASE("a corrupt latest checkpoint is named and the previous one is used; an explicit step errors",
+TEST_CASE("a corrupt latest checkpoint is named and the previous one is used, an explicit step errors",
           "[checkpoint]") {
   const std::string base = tp::fresh_dir("ckpt_corrupt");
   config::Config c = rig_config(base, 1, "float32");
@@ -229,7 +229,7 @@ TEST_CASE("a corrupt latest checkpoint is named and the previous one is used; an
                     Catch::Contains(step3 + "/") && Catch::Contains("no earlier checkpoint is loadable"));
 }
 
-TEST_CASE("a changed model shape, vocab or optimizer names the key; allowed keys may change", "[checkpoint]") {
+TEST_CASE("a changed model shape, vocab or optimizer names the key, allowed keys may change", "[checkpoint]") {
   const std::string base = tp::fresh_dir("ckpt_frozen");
   config::Config c = rig_config(base, 1, "float32");
   Rig rig(c);
@@ -381,7 +381,7 @@ TEST_CASE("bitwise resume, K=4 with a bf16 shadow: 10 steps == 5 + resume to 10,
   check_bitwise_resume("gradient_accumulation_steps=4 grad_dtype=bfloat16", false);
 }
 
-TEST_CASE("SIGTERM finishes the step, checkpoints, exits 143; the same command resumes bitwise", "[resume][signals]") {
+TEST_CASE("SIGTERM finishes the step, checkpoints, exits 143, and the same command resumes bitwise", "[resume][signals]") {
   const std::string base = tp::fresh_dir("resume_sigterm");
   const std::string dir = base + "/b";
   pid_t pid = tp::spawn(run_args(base, "b", "steps=100000 checkpoint_period=100000"), base + ".log");
@@ -451,7 +451,7 @@ TEST_CASE("kill -9 at random points while checkpoints are written never loses th
   CHECK(step_column(dir) == one_to(k + 2));
 }
 
-TEST_CASE("non-finite steps are skipped and counted; max_consecutive_nonfinite in a row exits 3", "[nan]") {
+TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite in a row exits 3", "[nan]") {
   const std::string base = tp::fresh_dir("nan");
   auto ok = tp::run(run_args(base, "ok", "steps=6 debug_nan_at_step=3 debug_nan_num_steps=2 max_consecutive_nonfinite=3"));
   INFO(ok.output);

@@ -52,7 +52,7 @@ TEST_CASE("trainer --help-config lists every key and --print-config prints the r
   CHECK_THAT(print.output, Catch::Contains("gradient_accumulation_steps: 3"));
 }
 
-TEST_CASE("a tiny run writes config, metrics and summary; its config.yml reruns it; resume=false never reuses the dir",
+TEST_CASE("a tiny run writes config, metrics and summary, its config.yml reruns it, resume=false never reuses the dir",
           "[cli][run]") {
   const std::string out = fresh_dir("run");
   Result r = run_trainer("base.yml steps=3 log_period=1 gradient_accumulation_steps=2 grad_dtype=bfloat16 run_name=a"
