@@ -48,6 +48,10 @@ void reexec_with_openblas_coretype(char** argv) {
 }
 
 int fail(int code, const std::string& message) {
+  // In a multi-process run (scripts/launch.sh, torchrun-style variables) say which process failed.
+  const char* rank = std::getenv("RANK");
+  const char* world = std::getenv("WORLD_SIZE");
+  if (rank && world && std::string(world) != "1") std::cerr << "[rank " << rank << "] ";
   std::cerr << "error: " << message << std::endl;
   return code;
 }
@@ -105,7 +109,8 @@ int main(int argc, char** argv) {
     shadowgrad::train::Training training(cfg);
     auto summary = training.run();
     spdlog::info("done: {} steps | loss {:.4f} -> {:.4f} | {:.0f} tokens/s average | {}", summary.steps,
-                 summary.first_loss, summary.final_loss, summary.avg_tokens_per_s, summary.run_dir);
+                 summary.first_loss, summary.final_loss, summary.avg_tokens_per_s,
+                 summary.run_dir.empty() ? "run directory written by rank 0" : summary.run_dir);
     return 0;
   } catch (const shadowgrad::InputError& e) {
     return fail(kExitBadInput, e.what());

@@ -9,13 +9,16 @@
 
 #include "config/Config.h"
 #include "data/DataSource.h"
+#include "distributed/DataParallel.h"
+#include "distributed/ShardedOptimizer.h"
 #include "model/DecoderOptions.h"
 #include "train/OptimizerFactory.h"
 #include "train/TokenLoss.h"
 
 namespace shadowgrad::train {
 
-TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::DataSource& source, c10::Device device)
+TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::DataSource& source, c10::Device device,
+                     std::shared_ptr<distributed::DataParallel> dp)
     : model_(std::move(model)),
       source_(source),
       device_(device),
@@ -27,15 +30,24 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
       debug_nan_count_(c.debug_nan_num_steps),
       accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(),
                                                                    model::dtype_from_name(c.grad_dtype))),
-      optimizer_(make_optimizer(c, model_->parameters())) {}
+      dp_(std::move(dp)),
+      zero_(dp_ && dp_->shard_optimizer() ? std::make_unique<distributed::ShardedOptimizer>(
+                                                dp_->shared_communicator(), model_->parameters(), dp_->bucket_bytes())
+                                          : nullptr),
+      optimizer_(make_optimizer(c, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
+  if (dp_) dp_->verify_same_start(model_->parameters());
+}
 
 TrainStep::~TrainStep() = default;
 
 Accumulated TrainStep::accumulate(int64_t step) {
   // The whole global batch is known up front, so its valid-token count is too: every microbatch's
   // loss sum is divided by that one number, and the folded sum is the big-batch gradient.
-  data::Batch batch = source_.examples(step, 0, micro_batch_ * micro_steps_);
-  const int64_t tokens = batch.valid_tokens();
+  // With several processes this one takes examples [rank*local, (rank+1)*local) of the same global batch, and
+  // the count is summed over processes: a shard that is mostly padding gets no extra weight.
+  const int64_t local = micro_batch_ * micro_steps_;
+  data::Batch batch = source_.examples(step, dp_ ? dp_->rank() * local : 0, local);
+  const int64_t tokens = dp_ ? dp_->global_tokens(batch.valid_tokens()) : batch.valid_tokens();
   const bool poisoned = debug_nan_first_ >= 0 && step >= debug_nan_first_ && step < debug_nan_first_ + debug_nan_count_;
   const double inv_tokens = poisoned     ? std::numeric_limits<double>::quiet_NaN()  // debug_nan_at_step (tests)
                             : tokens > 0 ? 1.0 / double(tokens)
@@ -52,7 +64,12 @@ Accumulated TrainStep::accumulate(int64_t step) {
   }
   accumulator_->end();
   model_->clear_weight_cache();  // hoist_weight_cast: the cast weights are dead after the last backward
-  return {loss_sum.item<double>() * inv_tokens, tokens};
+  double loss = loss_sum.item<double>();
+  if (dp_) {
+    dp_->reduce_gradients(*accumulator_);  // the one reduction of the step, after the last microbatch
+    loss = dp_->global_sum(loss);
+  }
+  return {loss * inv_tokens, tokens};
 }
 
 StepStats TrainStep::run(int64_t step) {
@@ -69,7 +86,10 @@ StepStats TrainStep::run(int64_t step) {
     accumulator_->zero_();
   } else {
     set_learning_rate(*optimizer_, s.lr);
-    accumulator_->step(*optimizer_);
+    if (zero_)
+      zero_->step(*accumulator_, *optimizer_);  // update this process's slice, then all-gather the parameters
+    else
+      accumulator_->step(*optimizer_);
   }
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s;

@@ -5,8 +5,12 @@
 // A non-finite loss or gradient norm skips the update (StepStats::skipped): the shadow is zeroed and
 // neither the parameters nor the optimizer state change.
 //
-//   TrainStep step(cfg, model, *source, device);
+//   TrainStep step(cfg, model, *source, device);       // one process
+//   TrainStep step(cfg, model, *source, device, dp);   // data parallel: dp from DataParallel::from_environment
 //   StepStats s = step.run(0);
+//
+// With several processes, each takes its own slice [rank*local, (rank+1)*local) of the same global batch, the
+// valid-token count is summed before the loop, and the shadow tree is summed once, after the last microbatch.
 #include <memory>
 
 #include <c10/core/Device.h>
@@ -23,6 +27,10 @@ struct Config;
 }
 namespace shadowgrad::data {
 class DataSource;
+}
+namespace shadowgrad::distributed {
+class DataParallel;
+class ShardedOptimizer;
 }
 
 namespace shadowgrad::train {
@@ -44,7 +52,8 @@ struct Accumulated {
 
 class TrainStep {
  public:
-  TrainStep(const config::Config& cfg, model::Decoder model, const data::DataSource& source, c10::Device device);
+  TrainStep(const config::Config& cfg, model::Decoder model, const data::DataSource& source, c10::Device device,
+            std::shared_ptr<distributed::DataParallel> dp = nullptr);
   ~TrainStep();
 
   StepStats run(int64_t step);
@@ -55,6 +64,7 @@ class TrainStep {
 
   accumulate::ShadowAccumulator& accumulator() { return *accumulator_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  distributed::DataParallel* data_parallel() { return dp_.get(); }
   model::Decoder& model() { return model_; }
 
  private:
@@ -66,7 +76,9 @@ class TrainStep {
   LrSchedule schedule_;
   int64_t debug_nan_first_, debug_nan_count_;  // 0-based first poisoned step (testing only); -1 off
   std::unique_ptr<accumulate::ShadowAccumulator> accumulator_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::shared_ptr<distributed::DataParallel> dp_;        // null for one process
+  std::unique_ptr<distributed::ShardedOptimizer> zero_;  // ZeRO-1: set when dp_ and shard_optimizer_over_data
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;   // over zero_->shard() when sharded
 };
 
 } // namespace shadowgrad::train

@@ -3,12 +3,16 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/Checkpointer.h"
 #include "config/ConfigWriter.h"
 #include "data/DataSource.h"
+#include "distributed/DataParallel.h"
+#include "distributed/Environment.h"
 #include "memory/MemoryMeter.h"
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
@@ -26,9 +30,29 @@
 namespace shadowgrad::train {
 
 Training::Training(config::Config cfg)
-    : cfg_(std::move(cfg)), device_(resolve_device(cfg_.hardware)), source_(data::make_source(cfg_)) {}
+    : cfg_(std::move(cfg)), device_(resolve_device(cfg_.hardware)), source_(data::make_source(cfg_)) {
+  // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
+  if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
+}
 
 Training::~Training() = default;
+
+namespace {
+
+// Optimizer state held by this process; with shard_optimizer_over_data it is about 1/WORLD_SIZE of the full state.
+void log_optimizer_state(TrainStep& step, distributed::DataParallel& dp) {
+  const int64_t mine = memory::optimizer_state_bytes(step.optimizer());
+  if (!dp.shard_optimizer()) {
+    spdlog::info("optimizer state on this process: {} bytes (the full state; every process holds a copy)", mine);
+    return;
+  }
+  const double full = dp.global_sum(double(mine));
+  spdlog::info("optimizer state on this process: {} bytes, {:.1f}% of the {} bytes of the full state (ZeRO-1 over {} "
+               "processes)",
+               mine, full > 0 ? 100.0 * double(mine) / full : 0.0, int64_t(full), dp.world_size());
+}
+
+} // namespace
 
 RunSummary Training::run() {
   const int threads = configure_threads(cfg_.num_threads);
@@ -36,38 +60,60 @@ RunSummary Training::run() {
     spdlog::warn("this CPU lacks avx512_bf16: bf16 matmul will be much slower than fp32; consider dtype=float32");
 
   memory::MemoryMeter meter(device_);  // before the model, so its set-up counts in the run's peak
+  // Several processes (RANK/WORLD_SIZE set): connect first. Only rank 0 writes files; every log line carries
+  // the rank.
+  const auto env = distributed::ProcessEnvironment::from_environment();
+  if (env.distributed()) spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%^%l%$] %v", env.rank));
+  auto dp = distributed::DataParallel::from_environment(cfg_, device_);
+  const int rank = dp ? dp->rank() : 0, world = dp ? dp->world_size() : 1;
+
   model::Decoder model(model::DecoderOptions::from_config(cfg_));
   model->to(device_);
-  TrainStep step(cfg_, model, *source_, device_);
+  TrainStep step(cfg_, model, *source_, device_, dp);
 
-  RunDirectory dir = RunDirectory::create(cfg_, checkpoint::can_resume(cfg_));
-  checkpoint::Checkpointer checkpoints(cfg_, dir.path());
-  checkpoint::TrainState state = checkpoints.restore(*model, step.optimizer());
-  const checkpoint::MetricsTail earlier = checkpoint::truncate_metrics(dir.file("metrics.jsonl"), state.step);
-  if (state.step > 0 && state.step == cfg_.steps) {
-    spdlog::info("run {} is already complete at step {}; nothing to do (raise steps to train further)", dir.path(),
-                 state.step);
-    RunSummary done;
-    done.run_dir = dir.path();
-    done.steps = state.step;
-    done.first_loss = earlier.first_loss;
-    done.final_loss = earlier.last_loss;
-    return done;
+  // Only rank 0 writes files. Checkpoints are not coordinated across processes yet (every rank would have to
+  // restore the same state), so a multi-process run neither writes nor resumes them.
+  if (dp && (cfg_.enable_checkpointing || cfg_.resume)) {
+    spdlog::warn("checkpoints are not supported with several processes yet: enable_checkpointing and resume are off");
+    cfg_.enable_checkpointing = false;
+    cfg_.resume = false;
   }
-  std::error_code ec;
-  std::filesystem::remove(dir.file("summary.json"), ec);  // present only if a finished run is being extended
-  write_file_atomically(dir.file("config.yml"), config::to_yaml(cfg_));
-  MetricsWriter metrics(dir.file("metrics.jsonl"));
+  std::optional<RunDirectory> dir;
+  std::optional<checkpoint::Checkpointer> checkpoints;
+  std::optional<MetricsWriter> metrics;
+  checkpoint::TrainState state;
+  checkpoint::MetricsTail earlier{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+  if (rank == 0) {
+    dir.emplace(RunDirectory::create(cfg_, checkpoint::can_resume(cfg_)));
+    checkpoints.emplace(cfg_, dir->path());
+    state = checkpoints->restore(*model, step.optimizer());
+    earlier = checkpoint::truncate_metrics(dir->file("metrics.jsonl"), state.step);
+    if (state.step > 0 && state.step == cfg_.steps) {
+      spdlog::info("run {} is already complete at step {}; nothing to do (raise steps to train further)", dir->path(),
+                   state.step);
+      RunSummary done;
+      done.run_dir = dir->path();
+      done.steps = state.step;
+      done.first_loss = earlier.first_loss;
+      done.final_loss = earlier.last_loss;
+      return done;
+    }
+    std::error_code ec;
+    std::filesystem::remove(dir->file("summary.json"), ec);  // present only if a finished run is being extended
+    write_file_atomically(dir->file("config.yml"), config::to_yaml(cfg_));
+    metrics.emplace(dir->file("metrics.jsonl"));
+  }
 
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
-  spdlog::info("run {} | {} parameters | K={} x {} sequences x {} tokens | grad_dtype={} dtype={} | {} threads",
-               dir.path(), params, cfg_.gradient_accumulation_steps, cfg_.per_device_batch_size,
-               cfg_.max_target_length, cfg_.grad_dtype, cfg_.dtype, threads);
+  spdlog::info("run {} | {} parameters | K={} x {} sequences x {} tokens x {} processes | grad_dtype={} dtype={} | "
+               "{} threads",
+               dir ? dir->path() : "(written by rank 0)", params, cfg_.gradient_accumulation_steps,
+               cfg_.per_device_batch_size, cfg_.max_target_length, world, cfg_.grad_dtype, cfg_.dtype, threads);
 
-  Progress progress(cfg_.steps, cfg_.log_period, stdout_is_terminal());
+  Progress progress(cfg_.steps, cfg_.log_period, rank == 0 && stdout_is_terminal());
   RunSummary summary;
-  summary.run_dir = dir.path();
+  summary.run_dir = dir ? dir->path() : "";
   summary.first_loss = earlier.first_loss;
   const int64_t earlier_steps = state.step;
   int64_t total_tokens = 0;
@@ -83,22 +129,25 @@ RunSummary Training::run() {
     if (s == 0) summary.first_loss = st.loss;
     summary.final_loss = st.loss;
     const double tokens_per_s = st.tokens / st.seconds;
-    metrics.write({{"step", double(s + 1)},
-                   {"loss", st.loss},
-                   {"grad_norm", st.grad_norm},
-                   {"lr", st.lr},
-                   {"tokens", double(st.tokens)},
-                   {"step_time_s", st.seconds},
-                   {"tokens_per_s", tokens_per_s},
-                   {"peak_mem_bytes", double(peak)},
-                   {"skipped_steps", double(state.skipped_steps)}});
-    const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
-    progress.update({s + 1, st.loss, st.grad_norm, st.lr, tokens_per_s, eta, peak});
+    if (s == 0 && dp) log_optimizer_state(step, *dp);
+    if (metrics) {
+      metrics->write({{"step", double(s + 1)},
+                      {"loss", st.loss},
+                      {"grad_norm", st.grad_norm},
+                      {"lr", st.lr},
+                      {"tokens", double(st.tokens)},
+                      {"step_time_s", st.seconds},
+                      {"tokens_per_s", tokens_per_s},
+                      {"peak_mem_bytes", double(peak)},
+                      {"skipped_steps", double(state.skipped_steps)}});
+      const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
+      progress.update({s + 1, st.loss, st.grad_norm, st.lr, tokens_per_s, eta, peak});
+    }
     guard.check(st);
     // Checkpoints fall between optimizer steps, where the shadow tree is zero: nothing is lost.
     state.step = s + 1;
-    if (checkpoints.due(state.step) || (signals.requested() && cfg_.enable_checkpointing))
-      checkpoints.save(state, *model, step.optimizer());
+    if (checkpoints && (checkpoints->due(state.step) || (signals.requested() && cfg_.enable_checkpointing)))
+      checkpoints->save(state, *model, step.optimizer());
     if (signals.requested()) {
       progress.finish();
       throw InterruptedError(fmt::format("stopped by {} after step {}{}", signal_name(signals.requested()), state.step,
@@ -110,17 +159,18 @@ RunSummary Training::run() {
   summary.steps = cfg_.steps;
   summary.avg_tokens_per_s = summary.seconds > 0 ? total_tokens / summary.seconds : 0;
   summary.peak_mem_bytes = meter.run_peak();
+  if (!dir) return summary;
   memory::MemoryReport mem = memory_report(step, meter, cfg_.steps);
-  write_file_atomically(dir.file("memory_report.json"), memory::to_json(mem));
+  write_file_atomically(dir->file("memory_report.json"), memory::to_json(mem));
   std::fputs(memory::format_table(mem).c_str(), stdout);
-  write_file_atomically(dir.file("summary.json"),
+  write_file_atomically(dir->file("summary.json"),
                         to_json({{"steps", double(summary.steps)},
                                  {"final_loss", summary.final_loss},
                                  {"first_loss", summary.first_loss},
                                  {"avg_tokens_per_s", summary.avg_tokens_per_s},
                                  {"train_seconds", summary.seconds},
                                  {"peak_mem_bytes", double(summary.peak_mem_bytes)}}) + "\n");
-  plot_loss_if_possible(dir.path());
+  plot_loss_if_possible(dir->path());
   return summary;
 }
 

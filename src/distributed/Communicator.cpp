@@ -1,0 +1,144 @@
+#include "distributed/Communicator.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "distributed/Environment.h"
+
+namespace shadowgrad::distributed {
+
+namespace {
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0; }
+
+// Gloo binds to GLOO_SOCKET_IFNAME when set (as in PyTorch), to loopback when the master is on loopback
+// (one machine), else to the address this host's name resolves to.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (master_addr.empty() || is_loopback(master_addr))
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                                                  double timeout_s, c10::Device device,
+                                                  const std::string& master_addr) {
+  if (device.is_cuda()) {
+#ifdef USE_C10D_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = to_ms(timeout_s);
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, opts);
+#else
+    throw std::runtime_error("hardware=cuda with several processes needs a LibTorch built with NCCL (USE_C10D_NCCL)");
+#endif
+  }
+  auto opts = c10d::ProcessGroupGloo::Options::create(to_ms(timeout_s));
+  opts->devices.push_back(gloo_device(master_addr));
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+} // namespace
+
+struct Communicator::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  int rank = 0, world = 1;
+  double timeout_s = 0;
+  CollectiveCounts counts;
+
+  // Waits for `work`; turns c10d's errors (peer gone, timeout) into one clear CollectiveError.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+    try {
+      work->wait();
+    } catch (const c10::Error& e) {
+      fail(what, e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      fail(what, e.what());
+    }
+  }
+  [[noreturn]] void fail(const char* what, const std::string& cause) const {
+    throw CollectiveError(fmt::format("rank {} of {}: {} failed: another process exited, crashed or did not answer "
+                                      "within collective_timeout_s={} ({})",
+                                      rank, world, what, timeout_s, first_line(cause)));
+  }
+};
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+std::shared_ptr<Communicator> Communicator::connect(const ProcessEnvironment& env, double timeout_s,
+                                                    c10::Device device) {
+  auto impl = std::make_unique<Impl>();
+  impl->rank = env.rank;
+  impl->world = env.world_size;
+  impl->timeout_s = timeout_s;
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(env.master_port);
+    opts.isServer = env.rank == 0;
+    opts.numWorkers = env.world_size;
+    opts.waitWorkers = true;
+    opts.timeout = to_ms(timeout_s);
+    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    impl->group = make_group(impl->store, env.rank, env.world_size, timeout_s, device, env.master_addr);
+  } catch (const c10::Error& e) {
+    impl->fail("rendezvous at MASTER_ADDR:MASTER_PORT", fmt::format("{}:{}: {}", env.master_addr, env.master_port,
+                                                                    e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    impl->fail("rendezvous at MASTER_ADDR:MASTER_PORT",
+               fmt::format("{}:{}: {}", env.master_addr, env.master_port, e.what()));
+  }
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+std::shared_ptr<Communicator> Communicator::connect_file(const std::string& path, int rank, int world_size,
+                                                         double timeout_s) {
+  auto impl = std::make_unique<Impl>();
+  impl->rank = rank;
+  impl->world = world_size;
+  impl->timeout_s = timeout_s;
+  try {
+    impl->store = c10::make_intrusive<c10d::FileStore>(path, world_size);
+    impl->store->setTimeout(to_ms(timeout_s));
+    impl->group = make_group(impl->store, rank, world_size, timeout_s, c10::Device(c10::kCPU), "");
+  } catch (const c10::Error& e) {
+    impl->fail("rendezvous through a FileStore", e.what_without_backtrace());
+  }
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::world_size() const { return impl_->world; }
+std::string Communicator::backend() const { return impl_->group->getBackendName(); }
+double Communicator::timeout_s() const { return impl_->timeout_s; }
+const CollectiveCounts& Communicator::counts() const { return impl_->counts; }
+
+void Communicator::all_reduce_sum_(at::Tensor& t) {
+  std::vector<at::Tensor> tensors{t};
+  ++impl_->counts.all_reduce;
+  impl_->counts.bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  impl_->wait(impl_->group->allreduce(tensors), "all_reduce");
+}
+
+void Communicator::all_gather(std::vector<at::Tensor>& out, const at::Tensor& in) {
+  std::vector<std::vector<at::Tensor>> outputs{out};
+  std::vector<at::Tensor> inputs{in};
+  ++impl_->counts.all_gather;
+  impl_->counts.bytes += in.numel() * static_cast<int64_t>(in.element_size());
+  impl_->wait(impl_->group->allgather(outputs, inputs), "all_gather");
+  // Gloo writes into the tensors it was given, which share storage with `out`'s.
+}
+
+} // namespace shadowgrad::distributed

@@ -1,0 +1,69 @@
+#pragma once
+// The collectives shadowgrad needs, on LibTorch's c10d: ProcessGroupGloo on CPU, ProcessGroupNCCL for CUDA
+// tensors when LibTorch was built with it. c10d headers stay in Communicator.cpp.
+//
+//   auto comm = Communicator::connect(env, /*timeout_s=*/300, device);  // TCPStore rendezvous on MASTER_ADDR:PORT
+//   at::Tensor n = at::full({1}, local_tokens, at::kLong);
+//   comm->all_reduce_sum_(n);            // every process now holds the sum
+//   comm->counts().all_reduce            // collectives issued so far, by kind (tests count them per step)
+//
+// Every collective waits at most timeout_s for the other processes. If a peer dies or hangs, the call throws
+// CollectiveError (a std::runtime_error) instead of blocking forever.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+namespace shadowgrad::distributed {
+
+struct ProcessEnvironment;
+
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How many collectives this process issued, by kind, and the bytes it contributed to them.
+struct CollectiveCounts {
+  int64_t all_reduce = 0;
+  int64_t all_gather = 0;
+  int64_t bytes = 0;
+  int64_t total() const { return all_reduce + all_gather; }
+};
+
+class Communicator {
+ public:
+  // Rendezvous through c10d::TCPStore: rank 0 serves it on master_port, the others connect to master_addr.
+  // `device`: cuda selects NCCL (when built with it), cpu selects Gloo.
+  static std::shared_ptr<Communicator> connect(const ProcessEnvironment& env, double timeout_s, c10::Device device);
+  // Rendezvous through c10d::FileStore at `path` (a file on a shared file system; tests use a temp dir).
+  static std::shared_ptr<Communicator> connect_file(const std::string& path, int rank, int world_size,
+                                                    double timeout_s);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  std::string backend() const;
+  double timeout_s() const;
+
+  // In-place sum over all processes. `t` must be contiguous; Gloo accepts float, double and integer types.
+  void all_reduce_sum_(at::Tensor& t);
+  // out[r] receives rank r's `in`; every tensor has in's size and dtype.
+  void all_gather(std::vector<at::Tensor>& out, const at::Tensor& in);
+
+  const CollectiveCounts& counts() const;
+
+ private:
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace shadowgrad::distributed

@@ -1,0 +1,109 @@
+#include "distributed/DataParallel.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "accumulate/ShadowAccumulator.h"
+#include "config/Config.h"
+#include "config/ConfigWriter.h"
+#include "distributed/BucketedReduce.h"
+#include "distributed/Communicator.h"
+#include "distributed/Environment.h"
+
+namespace shadowgrad::distributed {
+
+namespace {
+
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
+  return h;
+}
+
+} // namespace
+
+uint64_t checksum(const std::vector<at::Tensor>& tensors) {
+  uint64_t h = kFnvOffset;
+  for (const auto& t : tensors) {
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    h = fnv1a(c.data_ptr(), c.numel() * c.element_size(), h);
+  }
+  return h;
+}
+
+std::shared_ptr<DataParallel> DataParallel::from_environment(const config::Config& cfg, c10::Device device) {
+  const ProcessEnvironment env = ProcessEnvironment::from_environment();
+  if (!env.distributed()) return nullptr;
+  spdlog::info("rendezvous: rank {} of {} at {}:{} (timeout {} s)", env.rank, env.world_size, env.master_addr,
+               env.master_port, cfg.collective_timeout_s);
+  return std::make_shared<DataParallel>(Communicator::connect(env, cfg.collective_timeout_s, device), cfg);
+}
+
+DataParallel::DataParallel(std::shared_ptr<Communicator> comm, const config::Config& cfg)
+    : comm_(std::move(comm)),
+      bucket_bytes_(std::max<int64_t>(1, std::llround(cfg.grad_reduce_bucket_mb * double(1 << 20)))),
+      shard_optimizer_(cfg.shard_optimizer_over_data),
+      config_hash_([&] {
+        const std::string yaml = config::to_yaml(cfg);
+        return fnv1a(yaml.data(), yaml.size(), kFnvOffset);
+      }()) {}
+
+DataParallel::~DataParallel() = default;
+
+int DataParallel::rank() const { return comm_->rank(); }
+int DataParallel::world_size() const { return comm_->world_size(); }
+
+int64_t DataParallel::global_tokens(int64_t local_tokens) {
+  at::Tensor t = at::full({1}, local_tokens, at::kLong);
+  comm_->all_reduce_sum_(t);
+  return t.item<int64_t>();
+}
+
+double DataParallel::global_sum(double local) {
+  at::Tensor t = at::full({1}, local, at::kDouble);
+  comm_->all_reduce_sum_(t);
+  return t.item<double>();
+}
+
+void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc) {
+  at::NoGradGuard no_grad;
+  folds_at_last_reduce_ = acc.folds();
+  const int64_t buckets = all_reduce_sum_bucketed(*comm_, acc.shadows(), bucket_bytes_);
+  if (!logged_buckets_) {
+    int64_t numel = 0;
+    for (const auto& s : acc.shadows()) numel += s.numel();
+    spdlog::info("gradient reduction: {} {} values in {} fp32 buckets of at most {} bytes, once per step", numel,
+                 c10::toString(acc.grad_dtype()), buckets, bucket_bytes_);
+    logged_buckets_ = true;
+  }
+}
+
+void DataParallel::verify_same_start(const std::vector<at::Tensor>& params) {
+  const int world = world_size();
+  at::Tensor mine = at::empty({2}, at::kLong);
+  const uint64_t sums[2] = {config_hash_, checksum(params)};
+  std::memcpy(mine.data_ptr<int64_t>(), sums, sizeof(sums));
+  at::Tensor all = at::empty({world, 2}, at::kLong);
+  std::vector<at::Tensor> out;
+  for (int r = 0; r < world; ++r) out.push_back(all[r]);
+  comm_->all_gather(out, mine);
+  const char* what[2] = {"the resolved config (same CONFIG and key=value overrides on every process)",
+                         "the initial weights (same init_weights_seed and model keys on every process)"};
+  for (int k = 0; k < 2; ++k)
+    for (int r = 1; r < world; ++r)
+      if (all[r][k].item<int64_t>() != all[0][k].item<int64_t>())
+        throw std::runtime_error(fmt::format("rank {} and rank 0 differ in {}: checksum {:016x} vs {:016x}", r,
+                                             what[k], uint64_t(all[r][k].item<int64_t>()),
+                                             uint64_t(all[0][k].item<int64_t>())));
+}
+
+} // namespace shadowgrad::distributed

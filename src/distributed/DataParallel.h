@@ -1,0 +1,71 @@
+#pragma once
+// Data parallelism for the train step: what each process does differently from a single process.
+//
+//   auto dp = DataParallel::from_environment(cfg, device);   // nullptr for one process (no RANK/WORLD_SIZE)
+//   first example of this process's shard:   dp->rank() * local_batch
+//   before the microbatch loop:              tokens = dp->global_tokens(local_tokens)   // loss scale is global
+//   after the LAST microbatch, once:         dp->reduce_gradients(accumulator)          // bucketed fp32 sum
+//   the reported loss:                       dp->global_sum(local_loss_sum) / tokens
+//
+// Per optimizer step that is 1 + buckets + 1 all_reduce calls, whatever gradient_accumulation_steps is
+// (plus the ZeRO-1 all-gather rounds when shard_optimizer_over_data=true). Nothing is sent per microbatch.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+namespace shadowgrad::config {
+struct Config;
+}
+namespace shadowgrad::accumulate {
+class ShadowAccumulator;
+}
+
+namespace shadowgrad::distributed {
+
+class Communicator;
+struct ProcessEnvironment;
+
+class DataParallel {
+ public:
+  // Connects through c10d::TCPStore when the environment describes several processes; nullptr otherwise.
+  static std::shared_ptr<DataParallel> from_environment(const config::Config& cfg, c10::Device device);
+  DataParallel(std::shared_ptr<Communicator> comm, const config::Config& cfg);
+  ~DataParallel();
+
+  int rank() const;
+  int world_size() const;
+  Communicator& communicator() { return *comm_; }
+  std::shared_ptr<Communicator> shared_communicator() const { return comm_; }
+  int64_t bucket_bytes() const { return bucket_bytes_; }
+  bool shard_optimizer() const { return shard_optimizer_; }
+
+  // The sum over all processes (one all_reduce each).
+  int64_t global_tokens(int64_t local_tokens);
+  double global_sum(double local);
+
+  // Sums the shadow tree over all processes through fp32 buckets: the one gradient reduction of a step.
+  // Call it after the last microbatch has been folded.
+  void reduce_gradients(accumulate::ShadowAccumulator& acc);
+  // accumulator.folds() when reduce_gradients last ran: K x parameters if it ran after the last microbatch.
+  int64_t folds_at_last_reduce() const { return folds_at_last_reduce_; }
+
+  // Checks that every process starts from the same config and the same initial weights: one all_gather of
+  // two 64-bit checksums. Throws std::runtime_error naming the ranks that differ.
+  void verify_same_start(const std::vector<at::Tensor>& params);
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  int64_t bucket_bytes_;
+  bool shard_optimizer_;
+  uint64_t config_hash_;
+  int64_t folds_at_last_reduce_ = -1;
+  bool logged_buckets_ = false;
+};
+
+// 64-bit FNV-1a checksum of the tensors' bytes (bit-exact: two trees match only if every bit does).
+uint64_t checksum(const std::vector<at::Tensor>& tensors);
+
+} // namespace shadowgrad::distributed

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Intent: multi-process data parallel end to end with the real trainer and scripts/launch.sh on loopback.
+#   - every step's loss over 6 steps on padded data, within 1e-5 relative (fp32 compute): 1 process K=4 against
+#     2 processes K=2 and 4 processes K=1; ZeRO-1 on against off; a bf16 shadow on 2 processes reduced through
+#     many buckets against one bucket;
+#   - only rank 0 writes a run directory; the other ranks' logs carry "[rank N]";
+#   - a killed rank makes the other exit non-zero within collective_timeout_s; a hung (SIGSTOPped) rank makes the
+#     other time out, and launch.sh then stops the hung one and exits non-zero.
+# Cost: about 15 trainer processes of a 2-layer, 32-wide model (num_threads=1 each), two of them waiting out an
+# 8 s timeout: about 40-60 s on 2 CPU cores.
+#
+# Usage: tests/distributed_test.sh TRAINER COMPARE_RUNS
+# Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed).
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export TRAINER=${1:-$repo/build/trainer}
+compare=${2:-$repo/build/compare_runs}
+[[ -x $TRAINER && -x $compare ]] || { echo "distributed_test: need TRAINER and COMPARE_RUNS binaries" >&2; exit 1; }
+launch=$repo/scripts/launch.sh
+unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT
+
+tmp=$(mktemp -d)
+runs=$tmp/runs
+started=()
+cleanup() { for p in "${started[@]}"; do kill -KILL "$p" 2>/dev/null; kill -CONT "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+fail() {
+  echo "distributed_test: FAIL: $*" >&2
+  echo "distributed_test: scratch directory kept at $tmp" >&2
+  exit 1
+}
+
+tiny=(base.yml steps=6 log_period=1 base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16
+      base_mlp_dim=64 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 dtype=float32 num_threads=1
+      per_device_batch_size=2 synthetic_min_length_fraction=0.2 base_output_directory=$runs)
+
+# run NAME NPROC key=value...: trains one run; NPROC=0 means the trainer alone, without any rendezvous variable.
+run() {
+  local name=$1 n=$2 rc=0
+  shift 2
+  if ((n == 0)); then
+    "$TRAINER" "${tiny[@]}" run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+  else
+    "$launch" --nproc "$n" "${tiny[@]}" run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+  fi
+  ((rc == 0)) || { cat "$tmp/$name.log" >&2; fail "run $name ($n processes) exited $rc"; }
+  [[ -f $runs/$name/summary.json ]] || fail "run $name wrote no summary.json"
+}
+
+same_losses() {  # same_losses A B: every step's loss within 1e-5 relative
+  local out rc=0
+  out=$("$compare" "$runs/$1" "$runs/$2" --metric loss --rtol 1e-5) || rc=$?
+  echo "$out" | tail -1
+  ((rc == 0)) || { echo "$out" >&2; fail "$1 vs $2: losses differ"; }
+  [[ $(grep -c '"step"' "$runs/$1/metrics.jsonl") == 6 ]] || fail "$1 has not 6 steps"
+}
+
+echo "== loss parity: 1 process K=4, 2 processes K=2, 4 processes K=1 (same global batch of 8)"
+run p1_k4 0 gradient_accumulation_steps=4
+run p2_k2 2 gradient_accumulation_steps=2
+run p4_k1 4 gradient_accumulation_steps=1
+same_losses p2_k2 p1_k4
+same_losses p4_k1 p1_k4
+[[ $(ls "$runs" | wc -l) == 3 ]] || fail "expected 3 run directories (rank 0 only), found: $(ls "$runs")"
+grep -q '\[rank 3\]' "$tmp/p4_k1.log" || fail "no [rank 3] prefix in the 4-process log"
+grep -q 'tokens' "$runs/p4_k1/metrics.jsonl" || fail "no metrics from rank 0"
+# The global batch holds the same valid tokens whatever the split.
+cmp <(grep -o '"tokens":[0-9]*' "$runs/p1_k4/metrics.jsonl") <(grep -o '"tokens":[0-9]*' "$runs/p4_k1/metrics.jsonl") ||
+  fail "valid-token counts differ between 1 and 4 processes"
+
+echo "== ZeRO-1 on against off (2 processes)"
+run p2_k2_zero 2 gradient_accumulation_steps=2 shard_optimizer_over_data=true grad_reduce_bucket_mb=0.01
+same_losses p2_k2_zero p2_k2
+grep -h 'optimizer state on this process' "$tmp/p2_k2.log" "$tmp/p2_k2_zero.log"
+state_bytes() { sed -n "s/.*\[rank $2\].*optimizer state on this process: \([0-9]*\) bytes.*/\1/p" "$tmp/$1.log"; }
+for r in 0 1; do
+  full=$(state_bytes p2_k2 $r) sharded=$(state_bytes p2_k2_zero $r)
+  [[ -n $full && -n $sharded ]] || fail "rank $r did not log its optimizer state"
+  # 1/WORLD_SIZE of the full state, give or take the padding of the last slice.
+  ((sharded * 2 >= full * 99 / 100 && sharded * 2 <= full * 101 / 100)) ||
+    fail "rank $r: ZeRO-1 optimizer state $sharded bytes is not half of $full bytes"
+done
+
+echo "== bf16 shadow on 2 processes: many fp32 buckets against one"
+run p2_bf16_buckets 2 gradient_accumulation_steps=2 grad_dtype=bfloat16 grad_reduce_bucket_mb=0.01
+run p2_bf16_one 2 gradient_accumulation_steps=2 grad_dtype=bfloat16 grad_reduce_bucket_mb=64
+grep -h 'gradient reduction:' "$tmp/p2_bf16_buckets.log" "$tmp/p2_bf16_one.log" | grep 'rank 0'
+grep -q 'rank 0.*gradient reduction: .* in [2-9][0-9]* fp32 buckets' "$tmp/p2_bf16_buckets.log" ||
+  fail "the small-bucket run did not use several buckets"
+grep -q 'rank 0.*gradient reduction: .* in 1 fp32 buckets' "$tmp/p2_bf16_one.log" || fail "expected one bucket"
+same_losses p2_bf16_buckets p2_bf16_one
+# Against ONE process with a bf16 shadow the rounding differs (there each microbatch is rounded into bf16 as it is
+# folded; here each process rounds its part, then the fp32 sum is rounded once), so only a looser match holds.
+run p1_bf16_k4 0 gradient_accumulation_steps=4 grad_dtype=bfloat16
+"$compare" "$runs/p2_bf16_buckets" "$runs/p1_bf16_k4" --metric loss --rtol 1e-4 | tail -1
+"$compare" "$runs/p2_bf16_buckets" "$runs/p1_bf16_k4" --metric loss --rtol 1e-4 >/dev/null ||
+  fail "bf16 on 2 processes is not within 1e-4 of bf16 on 1 process"
+
+# start_pair NAME: starts rank 0 and rank 1 of a long run directly (no launcher); sets pid0 pid1.
+start_pair() {
+  local name=$1 port
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" run_name="$name" \
+      steps=1000000 collective_timeout_s=8 >"$tmp/$name.$r.log" 2>&1 &
+    started+=($!)
+    eval "pid$r=$!"
+  done
+}
+wait_for_training() {  # until rank 0 has written a metrics line (at most 60 s)
+  for _ in $(seq 600); do
+    [[ -s $runs/$1/metrics.jsonl ]] && return 0
+    sleep 0.1
+  done
+  fail "$1 never started training"
+}
+# exits_within PID SECONDS: waits for PID to exit; sets code and elapsed.
+exits_within() {
+  local t0=$SECONDS
+  for _ in $(seq $(($2 * 10))); do
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$1" 2>/dev/null && fail "pid $1 still running after $2 s"
+  wait "$1"
+  code=$?
+  elapsed=$((SECONDS - t0))
+}
+
+echo "== a killed rank: the other exits non-zero within collective_timeout_s=8"
+start_pair killed
+wait_for_training killed
+kill -KILL "$pid1"
+exits_within "$pid0" 20
+echo "rank 0 exited with code $code ${elapsed}s after rank 1 was killed: $(grep 'error' "$tmp/killed.0.log")"
+((code == 1)) || fail "rank 0 exited $code, expected 1"
+((elapsed <= 9)) || fail "rank 0 took ${elapsed}s (timeout 8 s)"
+grep -q 'failed' "$tmp/killed.0.log" || fail "no clear error from rank 0"
+
+echo "== a hung rank under launch.sh: the other times out, launch.sh stops the hung one and exits non-zero"
+"$launch" --nproc 2 "${tiny[@]}" run_name=hung steps=1000000 collective_timeout_s=8 >"$tmp/hung.log" 2>&1 &
+launcher=$!
+started+=($launcher)
+wait_for_training hung
+read -r -a pids < <(sed -n 's/.*(pids \([0-9 ]*\)).*/\1/p' "$tmp/hung.log")
+((${#pids[@]} == 2)) || fail "could not read the rank pids from launch.sh"
+started+=("${pids[@]}")
+kill -STOP "${pids[1]}"
+exits_within "$launcher" 30
+echo "launch.sh exited with code $code ${elapsed}s after rank 1 was stopped"
+grep -E 'error|launch.sh' "$tmp/hung.log"
+((code != 0)) || fail "launch.sh exited 0"
+((elapsed >= 7)) || fail "launch.sh exited after ${elapsed}s, before the 8 s timeout could expire"
+grep -q 'rank 0 .*exited with code 1' "$tmp/hung.log" || fail "rank 0 did not fail first with a clear error"
+kill -0 "${pids[1]}" 2>/dev/null && fail "launch.sh left the hung rank 1 running"
+grep -q 'did not answer within collective_timeout_s=8' "$tmp/hung.log" || fail "no timeout message"
+
+echo "distributed_test: PASS"
+rm -rf "$tmp"
