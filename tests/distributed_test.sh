@@ -31,7 +31,7 @@ fail() {
   exit 1
 }
 
-tiny=(base.yml steps=6 log_period=1 base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16
+tiny=(base.yml log_period=1 base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16
       base_mlp_dim=64 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 dtype=float32 num_threads=1
       per_device_batch_size=2 synthetic_min_length_fraction=0.2 base_output_directory=$runs)
 
@@ -40,9 +40,9 @@ run() {
   local name=$1 n=$2 rc=0
   shift 2
   if ((n == 0)); then
-    "$TRAINER" "${tiny[@]}" run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+    "$TRAINER" "${tiny[@]}" steps=6 run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
   else
-    "$launch" --nproc "$n" "${tiny[@]}" run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+    "$launch" --nproc "$n" "${tiny[@]}" steps=6 run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
   fi
   ((rc == 0)) || { cat "$tmp/$name.log" >&2; fail "run $name ($n processes) exited $rc"; }
   [[ -f $runs/$name/summary.json ]] || fail "run $name wrote no summary.json"
