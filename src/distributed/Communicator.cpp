@@ -56,6 +56,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   int rank = 0, world = 1;
   double timeout_s = 0;
+  c10::Device device{c10::kCPU};
   CollectiveCounts counts;
 
   // Waits for `work`; turns c10d's errors (peer gone, timeout) into one clear CollectiveError.
@@ -84,6 +85,7 @@ std::shared_ptr<Communicator> Communicator::connect(const ProcessEnvironment& en
   impl->rank = env.rank;
   impl->world = env.world_size;
   impl->timeout_s = timeout_s;
+  impl->device = device;
   try {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(env.master_port);
@@ -123,6 +125,7 @@ int Communicator::rank() const { return impl_->rank; }
 int Communicator::world_size() const { return impl_->world; }
 std::string Communicator::backend() const { return impl_->group->getBackendName(); }
 double Communicator::timeout_s() const { return impl_->timeout_s; }
+c10::Device Communicator::device() const { return impl_->device; }
 const CollectiveCounts& Communicator::counts() const { return impl_->counts; }
 
 void Communicator::all_reduce_sum_(at::Tensor& t) {

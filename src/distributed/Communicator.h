@@ -52,6 +52,8 @@ class Communicator {
   int world_size() const;
   std::string backend() const;
   double timeout_s() const;
+  // Where the tensors given to the collectives must live: cuda for NCCL, cpu for Gloo.
+  c10::Device device() const;
 
   // In-place sum over all processes. `t` must be contiguous; Gloo accepts float, double and integer types.
   void all_reduce_sum_(at::Tensor& t);

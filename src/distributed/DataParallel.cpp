@@ -63,13 +63,13 @@ int DataParallel::rank() const { return comm_->rank(); }
 int DataParallel::world_size() const { return comm_->world_size(); }
 
 int64_t DataParallel::global_tokens(int64_t local_tokens) {
-  at::Tensor t = at::full({1}, local_tokens, at::kLong);
+  at::Tensor t = at::full({1}, local_tokens, at::TensorOptions(comm_->device()).dtype(at::kLong));
   comm_->all_reduce_sum_(t);
   return t.item<int64_t>();
 }
 
 double DataParallel::global_sum(double local) {
-  at::Tensor t = at::full({1}, local, at::kDouble);
+  at::Tensor t = at::full({1}, local, at::TensorOptions(comm_->device()).dtype(at::kDouble));
   comm_->all_reduce_sum_(t);
   return t.item<double>();
 }
@@ -92,10 +92,12 @@ void DataParallel::verify_same_start(const std::vector<at::Tensor>& params) {
   at::Tensor mine = at::empty({2}, at::kLong);
   const uint64_t sums[2] = {config_hash_, checksum(params)};
   std::memcpy(mine.data_ptr<int64_t>(), sums, sizeof(sums));
-  at::Tensor all = at::empty({world, 2}, at::kLong);
+  mine = mine.to(comm_->device());  // NCCL gathers device tensors
+  at::Tensor all = at::empty({world, 2}, mine.options());
   std::vector<at::Tensor> out;
   for (int r = 0; r < world; ++r) out.push_back(all[r]);
   comm_->all_gather(out, mine);
+  all = all.cpu();
   const char* what[2] = {"the resolved config (same CONFIG and key=value overrides on every process)",
                          "the initial weights (same init_weights_seed and model keys on every process)"};
   for (int k = 0; k < 2; ++k)
