@@ -235,7 +235,7 @@ TEST_CASE("reducing before the last microbatch is folded (DeepSpeed #7985) misse
   }
 }
 
-TEST_CASE("collectives per optimizer step: 2 + buckets all_reduce, independent of K, plus ZeRO-1 the all_gather "
+TEST_CASE("collectives per optimizer step: 2 + buckets all_reduce, independent of K, plus the ZeRO-1 all_gather "
           "rounds",
           "[distributed][count]") {
   for (bool zero : {false, true}) {
