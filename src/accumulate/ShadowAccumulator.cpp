@@ -1,5 +1,6 @@
 #include "accumulate/ShadowAccumulator.h"
 
+#include <chrono>
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -21,15 +22,18 @@ struct ShadowAccumulator::State {
   c10::ScalarType grad_dtype;
   bool open = false;
   int64_t folds = 0;
+  double fold_seconds = 0;
 
   // Runs right after autograd stored a microbatch's gradient in params[i].grad(): fold it, free it.
   void fold(size_t i) {
     if (!open) return;
     at::Tensor& grad = params[i].mutable_grad();
     if (!grad.defined()) return;
+    const auto start = std::chrono::steady_clock::now();
     shadows[i].add_(grad);  // fp32 math, rounded once into grad_dtype
     grad.reset();
     ++folds;
+    fold_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 };
 
@@ -66,6 +70,7 @@ void ShadowAccumulator::begin() {
       throw std::logic_error("ShadowAccumulator::begin: a parameter already has .grad; it would be folded twice");
   state_->open = true;
   state_->folds = 0;
+  state_->fold_seconds = 0;
 }
 
 void ShadowAccumulator::end() { state_->open = false; }
@@ -106,6 +111,7 @@ const std::vector<at::Tensor>& ShadowAccumulator::params() const { return state_
 const std::vector<at::Tensor>& ShadowAccumulator::shadows() const { return state_->shadows; }
 c10::ScalarType ShadowAccumulator::grad_dtype() const { return state_->grad_dtype; }
 int64_t ShadowAccumulator::folds() const { return state_->folds; }
+double ShadowAccumulator::fold_seconds() const { return state_->fold_seconds; }
 
 int64_t ShadowAccumulator::bytes() const {
   int64_t total = 0;

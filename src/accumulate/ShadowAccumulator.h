@@ -59,6 +59,8 @@ class ShadowAccumulator {
   int64_t bytes() const;
   // How many gradients were folded in the current or last window (one per parameter per microbatch).
   int64_t folds() const;
+  // Wall seconds spent folding (add into the shadow, free the gradient) in the current or last window.
+  double fold_seconds() const;
 
  private:
   struct State;

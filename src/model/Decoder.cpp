@@ -77,7 +77,7 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
   rope_sin_ = register_buffer("rope_sin", at::cat({angles.sin(), angles.sin()}, -1).to(o.compute_dtype));
   causal_mask_ = register_buffer(
       "causal_mask",
-      at::full({o.max_length, o.max_length}, -std::numeric_limits<float>::infinity(), at::kFloat).triu(1));
+      at::full({o.max_length, o.max_length}, -std::numeric_limits<float>::infinity(), o.compute_dtype).triu(1));
 }
 
 torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
@@ -120,10 +120,12 @@ torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x) {
   auto v = at::linear(h, compute(b.wv)).view({B, T, G, o.head_dim}).transpose(1, 2);
   // Grouped-query attention without copying K/V: the R query heads of a group are stacked along the
   // row dimension, so one batched matmul per group serves them all.
-  auto qg = q.reshape({B, G, R * T, o.head_dim});
-  auto scores = at::matmul(qg, k.transpose(-2, -1)).mul_(1.0 / std::sqrt(double(o.head_dim)));
-  auto masked = scores.view({B, G, R, T, T}).to(at::kFloat) + causal_mask_.slice(0, 0, T).slice(1, 0, T);
-  auto probs = at::softmax(masked, -1).to(o.compute_dtype).view({B, G, R * T, T});
+  auto qg = q.mul_(1.0 / std::sqrt(double(o.head_dim))).reshape({B, G, R * T, o.head_dim});  // scale the small side
+  auto scores = at::matmul(qg, k.transpose(-2, -1));
+  scores.view({B, G, R, T, T}).add_(causal_mask_.slice(0, 0, T).slice(1, 0, T));
+  // Softmax in the compute dtype: the kernel accumulates in fp32 and rounds once, as a fp32 softmax followed by
+  // a cast would, without two extra fp32 [T x T] tensors per head (measured in docs/performance.md).
+  auto probs = at::softmax(scores, -1).view({B, G, R * T, T});
   auto out = at::matmul(probs, v).view({B, o.num_query_heads, T, o.head_dim});
   return at::linear(out.transpose(1, 2).reshape({B, T, o.num_query_heads * o.head_dim}), compute(b.wo));
 }
@@ -134,7 +136,11 @@ torch::Tensor DecoderImpl::mlp(const Block& b, const torch::Tensor& x) {
   return at::linear(gated, compute(b.w_down));
 }
 
-torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens) { return at::linear(hidden(tokens), output_weight()); }
+
+torch::Tensor DecoderImpl::output_weight() const { return compute(output_); }
+
+torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens) {
   if (tokens.dim() != 2 || tokens.size(1) > options_.max_length)
     throw std::invalid_argument(fmt::format("tokens must be [batch, <= {}], got {}", options_.max_length,
                                             c10::str(tokens.sizes())));
@@ -144,7 +150,7 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens) {
     x = x + attention(b, x);
     x = x + mlp(b, x);
   }
-  return at::linear(rms_norm(x, final_norm_), compute(output_));
+  return rms_norm(x, final_norm_);
 }
 
 } // namespace shadowgrad::model

@@ -5,6 +5,7 @@
 //
 //   shadowgrad::model::Decoder model(options);
 //   torch::Tensor logits = model->forward(tokens);   // tokens [B,T] int64 -> logits [B,T,V] in compute dtype
+//   torch::Tensor h = model->hidden(tokens);         // [B,T,E]; logits == at::linear(h, model->output_weight())
 //
 // Weights are stored in options.weight_dtype and cast to options.compute_dtype where they are used, so
 // bf16 compute trains fp32 master weights. Right padding needs no attention mask beyond the causal one:
@@ -23,6 +24,11 @@ class DecoderImpl : public torch::nn::Module {
   explicit DecoderImpl(const DecoderOptions& options);
 
   torch::Tensor forward(const torch::Tensor& tokens);
+  // The final-normed hidden states [B,T,E] (compute dtype) and the output projection [V,E] (compute dtype):
+  // forward(tokens) == at::linear(hidden(tokens), output_weight()). The trainer feeds both to
+  // train::linear_token_loss_sum, which never builds fp32 logits for the whole microbatch.
+  torch::Tensor hidden(const torch::Tensor& tokens);
+  torch::Tensor output_weight() const;
 
   const DecoderOptions& options() const { return options_; }
 
@@ -53,7 +59,7 @@ class DecoderImpl : public torch::nn::Module {
   mutable std::unordered_map<const c10::TensorImpl*, CachedCast> weight_cache_;
   mutable int64_t weight_cache_high_ = 0;
   torch::Tensor rope_cos_, rope_sin_;  // [max_length, head_dim], compute dtype
-  torch::Tensor causal_mask_;          // [max_length, max_length], 0 or -inf, float32
+  torch::Tensor causal_mask_;          // [max_length, max_length], 0 or -inf, compute dtype
 };
 
 TORCH_MODULE(Decoder);

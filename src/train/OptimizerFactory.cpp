@@ -5,6 +5,7 @@
 #include <torch/optim/sgd.h>
 
 #include "config/Config.h"
+#include "train/FusedAdamW.h"
 
 namespace shadowgrad::train {
 
@@ -14,8 +15,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::Config& c,
     return std::make_unique<Adam>(
         params, AdamOptions(c.learning_rate).betas({c.adam_b1, c.adam_b2}).eps(c.adam_eps).weight_decay(c.adam_weight_decay));
   if (c.opt_type == "sgd") return std::make_unique<SGD>(params, SGDOptions(c.learning_rate).weight_decay(c.adam_weight_decay));
-  return std::make_unique<AdamW>(
-      params, AdamWOptions(c.learning_rate).betas({c.adam_b1, c.adam_b2}).eps(c.adam_eps).weight_decay(c.adam_weight_decay));
+  auto options = AdamWOptions(c.learning_rate).betas({c.adam_b1, c.adam_b2}).eps(c.adam_eps).weight_decay(c.adam_weight_decay);
+  if (c.opt_fused) return std::make_unique<FusedAdamW>(params, options);
+  return std::make_unique<AdamW>(params, options);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

@@ -1,6 +1,7 @@
 #include "train/TokenLoss.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include "data/Batch.h"
 
@@ -9,6 +10,54 @@ namespace shadowgrad::train {
 at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& targets) {
   auto flat = logits.reshape({-1, logits.size(-1)}).to(at::kFloat);
   return at::cross_entropy_loss(flat, targets.reshape({-1}), {}, at::Reduction::Sum, data::kIgnoreIndex);
+}
+
+namespace {
+
+// loss = sum over valid rows of logsumexp(l) - l[target], with l = h W^T.
+// d loss / d l = softmax(l) - onehot(target) on valid rows, 0 on padding; it overwrites l chunk by chunk.
+struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& targets, int64_t rows) {
+    auto logits = at::linear(hidden, weight);  // [N, V], compute dtype: the only [N, V] tensor kept
+    auto valid = targets.ne(data::kIgnoreIndex).to(at::kFloat).unsqueeze(1);
+    auto safe = targets.clamp_min(0).unsqueeze(1);
+    auto loss = at::zeros({}, hidden.options().dtype(at::kFloat));
+    for (int64_t r = 0; r < logits.size(0); r += rows) {
+      const int64_t n = std::min(rows, logits.size(0) - r);
+      auto chunk = logits.narrow(0, r, n);
+      auto t = safe.narrow(0, r, n), v = valid.narrow(0, r, n);
+      auto log_probs = at::log_softmax(chunk, -1, at::kFloat);  // fp32, `rows` x V only
+      loss.sub_(log_probs.gather(1, t).mul_(v).sum());
+      auto grad = log_probs.exp_();  // softmax
+      grad.scatter_add_(1, t, -v).mul_(v);
+      chunk.copy_(grad);
+    }
+    ctx->save_for_backward({hidden, weight});
+    ctx->saved_data["grad_logits"] = logits;
+    return loss;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_output) {
+    auto saved = ctx->get_saved_variables();
+    const auto& hidden = saved[0];
+    const auto& weight = saved[1];
+    auto grad_logits = ctx->saved_data["grad_logits"].toTensor();
+    const auto& g = grad_output[0];  // fp32 scalar, e.g. 1 / global valid tokens
+    // Scale the small [N, E] side, not the [V, E] or [N, V] one.
+    auto grad_hidden = at::matmul(grad_logits, weight).mul_(g);
+    auto grad_weight = at::matmul(grad_logits.t(), hidden.mul(g));
+    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor()};
+  }
+};
+
+} // namespace
+
+at::Tensor linear_token_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                 int64_t rows) {
+  return LinearCrossEntropy::apply(hidden.reshape({-1, hidden.size(-1)}), weight, targets.reshape({-1}),
+                                   std::max<int64_t>(1, rows));
 }
 
 } // namespace shadowgrad::train

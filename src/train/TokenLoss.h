@@ -1,11 +1,22 @@
 #pragma once
 // Sum of token cross-entropies over the valid (non-padding) targets, in fp32.
 // The step divides it by the valid tokens of the whole global batch, never by a microbatch's own count.
+//
+//   at::Tensor loss = linear_token_loss_sum(model->hidden(tokens), model->output_weight(), targets);
+//   (loss / global_valid_tokens).backward();
 #include <ATen/core/Tensor.h>
 
 namespace shadowgrad::train {
 
 // logits [N, T, V] (any float dtype), targets [N, T] with data::kIgnoreIndex at padding -> fp32 scalar.
 at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& targets);
+
+// The same loss from the final hidden states [N, T, E] and the output projection weight [V, E], both in the
+// compute dtype: logits = hidden @ weight^T. Equal to token_loss_sum(at::linear(hidden, weight), targets), but
+// the fp32 [tokens x V] log-softmax is never materialised: the logits (compute dtype) are turned into their
+// own gradient in place, `rows` tokens at a time in fp32, during the forward pass; backward() is then two
+// matmuls. Saves the fp32 logits, log-probabilities and their gradient (3 x 4 x tokens x V bytes).
+at::Tensor linear_token_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                 int64_t rows = 64);
 
 } // namespace shadowgrad::train

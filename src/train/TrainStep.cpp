@@ -25,6 +25,7 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
       micro_batch_(c.per_device_batch_size),
       micro_steps_(c.gradient_accumulation_steps),
       clip_threshold_(c.gradient_clipping_threshold),
+      loss_chunk_tokens_(c.loss_chunk_tokens),
       schedule_(c.learning_rate, c.schedule_steps(), c.warmup_steps_fraction, c.cosine_learning_rate_final_fraction),
       debug_nan_first_(c.debug_nan_at_step > 0 ? c.debug_nan_at_step - 1 : -1),
       debug_nan_count_(c.debug_nan_num_steps),
@@ -40,36 +41,61 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
 
 TrainStep::~TrainStep() = default;
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point& mark) {
+  const auto now = Clock::now();
+  const double s = std::chrono::duration<double>(now - mark).count();
+  mark = now;
+  return s;
+}
+
+} // namespace
+
 Accumulated TrainStep::accumulate(int64_t step) {
+  Accumulated acc;
+  auto mark = Clock::now();
   // The whole global batch is known up front, so its valid-token count is too: every microbatch's
   // loss sum is divided by that one number, and the folded sum is the big-batch gradient.
   // With several processes this one takes examples [rank*local, (rank+1)*local) of the same global batch, and
   // the count is summed over processes: a shard that is mostly padding gets no extra weight.
   const int64_t local = micro_batch_ * micro_steps_;
   data::Batch batch = source_.examples(step, dp_ ? dp_->rank() * local : 0, local);
-  const int64_t tokens = dp_ ? dp_->global_tokens(batch.valid_tokens()) : batch.valid_tokens();
+  acc.tokens = dp_ ? dp_->global_tokens(batch.valid_tokens()) : batch.valid_tokens();
   const bool poisoned = debug_nan_first_ >= 0 && step >= debug_nan_first_ && step < debug_nan_first_ + debug_nan_count_;
-  const double inv_tokens = poisoned     ? std::numeric_limits<double>::quiet_NaN()  // debug_nan_at_step (tests)
-                            : tokens > 0 ? 1.0 / double(tokens)
-                                         : 0.0;
+  const double inv_tokens = poisoned         ? std::numeric_limits<double>::quiet_NaN()  // debug_nan_at_step (tests)
+                            : acc.tokens > 0 ? 1.0 / double(acc.tokens)
+                                             : 0.0;
 
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
   accumulator_->begin();
+  acc.data_s += seconds_since(mark);
   for (int64_t m = 0; m < micro_steps_; ++m) {
     // Contiguous slicing: microbatch m is examples [m*B, (m+1)*B) of the global batch.
     data::Batch micro = batch.slice(m * micro_batch_, micro_batch_);
-    at::Tensor loss = token_loss_sum(model_->forward(micro.tokens.to(device_)), micro.targets.to(device_));
+    auto tokens = micro.tokens.to(device_), targets = micro.targets.to(device_);
+    acc.data_s += seconds_since(mark);
+    at::Tensor loss = loss_chunk_tokens_ > 0
+                          ? linear_token_loss_sum(model_->hidden(tokens), model_->output_weight(), targets,
+                                                  loss_chunk_tokens_)
+                          : token_loss_sum(model_->forward(tokens), targets);
+    acc.forward_s += seconds_since(mark);
     (loss * inv_tokens).backward();
     loss_sum += loss.detach();
+    acc.backward_s += seconds_since(mark);
   }
   accumulator_->end();
+  acc.fold_s = accumulator_->fold_seconds();
   model_->clear_weight_cache();  // hoist_weight_cast: the cast weights are dead after the last backward
   double loss = loss_sum.item<double>();
   if (dp_) {
     dp_->reduce_gradients(*accumulator_);  // the one reduction of the step, after the last microbatch
     loss = dp_->global_sum(loss);
   }
-  return {loss * inv_tokens, tokens};
+  acc.loss = loss * inv_tokens;
+  return acc;
 }
 
 StepStats TrainStep::run(int64_t step) {
@@ -79,6 +105,11 @@ StepStats TrainStep::run(int64_t step) {
   Accumulated acc = accumulate(step);
   s.loss = acc.loss;
   s.tokens = acc.tokens;
+  s.data_s = acc.data_s;
+  s.forward_s = acc.forward_s;
+  s.backward_s = acc.backward_s;
+  s.fold_s = acc.fold_s;
+  auto mark = Clock::now();
   s.grad_norm = accumulator_->clip_global_norm_(clip_threshold_);
   s.lr = schedule_(step);
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
@@ -91,6 +122,7 @@ StepStats TrainStep::run(int64_t step) {
     else
       accumulator_->step(*optimizer_);
   }
+  s.optimizer_s = seconds_since(mark);
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s;
 }

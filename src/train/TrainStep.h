@@ -43,11 +43,15 @@ struct StepStats {
   int64_t tokens = 0;      // valid target tokens in the global batch
   double seconds = 0;
   bool skipped = false;    // loss or grad_norm was non-finite: no update; parameters and optimizer state untouched
+  // Where the step's wall time went (seconds): building the batch, forward + loss, backward (which includes
+  // folding each gradient into the shadow tree: fold_s is that part of backward_s), clip + optimizer update.
+  double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0, optimizer_s = 0;
 };
 
 struct Accumulated {
   double loss = 0;
   int64_t tokens = 0;
+  double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0;
 };
 
 class TrainStep {
@@ -73,6 +77,7 @@ class TrainStep {
   c10::Device device_;
   int64_t micro_batch_, micro_steps_;
   double clip_threshold_;
+  int64_t loss_chunk_tokens_;
   LrSchedule schedule_;
   int64_t debug_nan_first_, debug_nan_count_;  // 0-based first poisoned step (testing only); -1 off
   std::unique_ptr<accumulate::ShadowAccumulator> accumulator_;

@@ -139,7 +139,12 @@ RunSummary Training::run() {
                       {"step_time_s", st.seconds},
                       {"tokens_per_s", tokens_per_s},
                       {"peak_mem_bytes", double(peak)},
-                      {"skipped_steps", double(state.skipped_steps)}});
+                      {"skipped_steps", double(state.skipped_steps)},
+                      {"data_s", st.data_s},
+                      {"forward_s", st.forward_s},
+                      {"backward_s", st.backward_s},
+                      {"fold_s", st.fold_s},
+                      {"optimizer_s", st.optimizer_s}});
       const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
       progress.update({s + 1, st.loss, st.grad_norm, st.lr, tokens_per_s, eta, peak});
     }

@@ -1,0 +1,224 @@
+#!/usr/bin/python3
+"""Side-by-side benchmark behind scripts/bench.sh: the machine's matmul limit, shadowgrad's trainer and the
+idiomatic PyTorch peer (bench/peer.py), on the same machine in one invocation. Prints Markdown.
+
+Every run is a fresh process. shadowgrad and the peer run in turn (A B A B ...), so a drift in the machine's
+speed hits both. tokens/s = tokens / seconds over the steps after the warm-up ones, as each process measured them
+(start-up and model init excluded). Peak memory = the process's max RSS (getrusage, KiB), the same measure for both.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEED = dict(emb=512, heads=8, kv_heads=8, head_dim=64, mlp=2048, layers=4, vocab=32000, seq=512)
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return line.split()
+    return []
+
+
+def cpu_name():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def run_measured(cmd, env):
+    """Runs cmd with os.wait4 so its own max RSS is known. Returns (stdout, peak MiB)."""
+    with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-3000:]}")
+        return out.read(), usage.ru_maxrss / 1024.0
+
+
+def trainer_cmd(a, run_dir, dtype, pdbs, ga, steps, extra=()):
+    m = SEED
+    return [os.path.join(ROOT, "build", "trainer"), "base.yml",
+            f"base_emb_dim={m['emb']}", f"base_num_query_heads={m['heads']}", f"base_num_kv_heads={m['kv_heads']}",
+            f"head_dim={m['head_dim']}", f"base_mlp_dim={m['mlp']}", f"base_num_decoder_layers={m['layers']}",
+            f"vocab_size={m['vocab']}", f"max_target_length={m['seq']}", "synthetic_min_length_fraction=1",
+            f"dtype={dtype}", f"per_device_batch_size={pdbs}", f"gradient_accumulation_steps={ga}",
+            f"steps={steps}", f"log_period={steps}", f"num_threads={a.threads}",
+            f"base_output_directory={run_dir}", f"run_name=r{time.monotonic_ns()}", *extra]
+
+
+def peer_cmd(a, dtype, pdbs, ga, steps):
+    m = SEED
+    return ["/usr/bin/python3", os.path.join(ROOT, "bench", "peer.py"), f"--dtype={dtype}", f"--pdbs={pdbs}",
+            f"--ga={ga}", f"--steps={steps}", f"--threads={a.threads}", f"--emb={m['emb']}", f"--heads={m['heads']}",
+            f"--kv-heads={m['kv_heads']}", f"--head-dim={m['head_dim']}", f"--mlp={m['mlp']}",
+            f"--layers={m['layers']}", f"--vocab={m['vocab']}", f"--seq={m['seq']}"]
+
+
+def shadowgrad_run(a, env, dtype, pdbs, ga, steps, extra=()):
+    with tempfile.TemporaryDirectory(prefix="sg-bench-") as d:
+        _, peak = run_measured(trainer_cmd(a, d, dtype, pdbs, ga, steps, extra), env)
+        (run_dir,) = [os.path.join(d, x) for x in os.listdir(d)]
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    kept = rows[a.warmup:]
+    return dict(tokens=sum(r["tokens"] for r in kept), seconds=sum(r["step_time_s"] for r in kept),
+                step_s=statistics.median(r["step_time_s"] for r in kept), peak_mib=peak,
+                phases={k: statistics.median(r.get(k, 0.0) for r in kept)
+                        for k in ("data_s", "forward_s", "backward_s", "fold_s", "optimizer_s")})
+
+
+def peer_run(a, env, dtype, pdbs, ga, steps):
+    out, peak = run_measured(peer_cmd(a, dtype, pdbs, ga, steps), env)
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    kept = rows[a.warmup:]
+    return dict(tokens=sum(r["tokens"] for r in kept), seconds=sum(r["seconds"] for r in kept),
+                step_s=statistics.median(r["seconds"] for r in kept), peak_mib=peak)
+
+
+def flops_per_token():
+    """6 x matmul parameters + attention (QK^T and PV, forward and backward, full T x T: no causal discount).
+    The input embedding is a table lookup, not a matmul, so its parameters are left out of the matmul count."""
+    m = SEED
+    q, kv = m["heads"] * m["head_dim"], m["kv_heads"] * m["head_dim"]
+    per_layer = m["emb"] * (q + 2 * kv) + q * m["emb"] + 3 * m["emb"] * m["mlp"]
+    matmul_params = m["layers"] * per_layer + m["vocab"] * m["emb"]
+    all_params = matmul_params + m["vocab"] * m["emb"] + (2 * m["layers"] + 1) * m["emb"]
+    attention = 12 * m["layers"] * m["seq"] * q
+    return 6 * matmul_params + attention, matmul_params, all_params
+
+
+def spread(values, fmt="{:.0f}"):
+    values = sorted(values)
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(values[0])}–{fmt.format(values[-1])})"
+
+
+def tps(r):
+    return r["tokens"] / r["seconds"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=8, help="optimizer steps per run")
+    p.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
+    p.add_argument("--repeats", type=int, default=3, help="shadowgrad/peer pairs per dtype")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads for everything; 0 = all cores")
+    p.add_argument("--dtypes", default="bfloat16,float32")
+    p.add_argument("--scaling-ks", default="1,2,4,8", help="K values of the scaling table (pdbs=1)")
+    p.add_argument("--skip", default="", help="comma list of sections to skip: limit,peer,scaling,ga")
+    a = p.parse_args()
+    a.threads = a.threads or os.cpu_count()
+    skip = set(filter(None, a.skip.split(",")))
+
+    env = dict(os.environ)
+    flags = cpu_flags()
+    if "avx512_bf16" in flags and "OPENBLAS_CORETYPE" not in env:
+        # The trainer sets this itself (re-exec); the peer and matmul_bench get it from here, so fp32 BLAS is
+        # the same library in the same mode for all three.
+        env["OPENBLAS_CORETYPE"] = "COOPERLAKE"
+    ftok, mm_params, all_params = flops_per_token()
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"# shadowgrad benchmark, {now}\n")
+    print(f"- machine: {cpu_name()}, {os.cpu_count()} cores, avx512_bf16={'avx512_bf16' in flags}, "
+          f"amx_bf16={'amx_bf16' in flags}; {a.threads} threads everywhere; "
+          f"OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')}")
+    m = SEED
+    print(f"- model: emb {m['emb']}, {m['heads']} q heads, {m['kv_heads']} kv heads, head_dim {m['head_dim']}, "
+          f"mlp {m['mlp']}, {m['layers']} layers, vocab {m['vocab']}, seq {m['seq']}; {all_params / 1e6:.1f} M "
+          f"params ({mm_params / 1e6:.1f} M in matmuls)")
+    print(f"- model FLOPs/token = 6 x {mm_params / 1e6:.1f} M + attention = {ftok / 1e6:.0f} MFLOP "
+          f"(embedding lookup not counted; 6 x all params + attention would be "
+          f"{(ftok + 6 * (all_params - mm_params)) / 1e6:.0f} MFLOP)")
+    print(f"- {a.steps} steps per run, first {a.warmup} left out; figures are median (min–max) over "
+          f"{a.repeats} runs unless one run\n", flush=True)
+
+    limit_bf16 = None
+    if "limit" not in skip:
+        out = subprocess.run([os.path.join(ROOT, "build", "matmul_bench"), "--threads", str(a.threads),
+                              "--model", f"{m['emb']},{m['mlp']},{m['vocab']},{m['seq']},{m['heads']},{m['head_dim']}"],
+                             env=env, check=True, capture_output=True, text=True).stdout
+        rows = [line.split("\t") for line in out.splitlines() if line and not line.startswith("#")]
+        table = {}
+        for name, mm, n, k, batch, dtype, gf in rows:
+            table.setdefault((name, mm, n, k, batch), {})[dtype] = float(gf)
+        print("## Limit: matmul throughput (GF/s)\n")
+        print("| shape | M×N×K | bf16 | fp32 |\n|---|---|---:|---:|")
+        for (name, mm, n, k, batch), v in table.items():
+            size = f"{batch}×" if batch != "0" else ""
+            print(f"| {name} | {size}{mm}×{n}×{k} | {v.get('bfloat16', 0):.0f} | {v.get('float32', 0):.0f} |")
+            if name.startswith("square"):
+                limit_bf16 = v.get("bfloat16")
+        print(flush=True)
+
+    results = {}
+    if "peer" not in skip:
+        print("## shadowgrad vs the PyTorch peer (pdbs=1, ga=4, global batch 2048 tokens)\n")
+        print("| dtype | run | tokens/s | step s | model GF/s | MFU vs bf16 2048³ | peak RSS MiB |\n"
+              "|---|---|---:|---:|---:|---:|---:|")
+        for dtype in a.dtypes.split(","):
+            sg, peer = [], []
+            for _ in range(a.repeats):
+                sg.append(shadowgrad_run(a, env, dtype, 1, 4, a.steps))
+                peer.append(peer_run(a, env, dtype, 1, 4, a.steps))
+            results[dtype] = (sg, peer)
+            for label, rs in (("shadowgrad", sg), ("PyTorch peer", peer)):
+                gfs = [tps(r) * ftok / 1e9 for r in rs]
+                mfu = spread([g / limit_bf16 * 100 for g in gfs], "{:.1f}") + " %" if limit_bf16 else "n/a"
+                print(f"| {dtype} | {label} | {spread([tps(r) for r in rs])} | "
+                      f"{spread([r['step_s'] for r in rs], '{:.2f}')} | {spread(gfs)} | {mfu} | "
+                      f"{spread([r['peak_mib'] for r in rs])} |")
+            ratios = [tps(s) / tps(q) for s, q in zip(sg, peer)]
+            print(f"| {dtype} | **ratio shadowgrad / peer** | **{spread(ratios, '{:.2f}')}×** | | | | |", flush=True)
+        print()
+        print("### Where shadowgrad's step goes (median seconds per step, from metrics.jsonl)\n")
+        print("| dtype | step | data | forward (+loss) | backward (incl. fold) | fold | clip+optimizer |\n"
+              "|---|---:|---:|---:|---:|---:|---:|")
+        for dtype, (sg, _) in results.items():
+            ph = {k: statistics.median(r["phases"][k] for r in sg) for k in sg[0]["phases"]}
+            print(f"| {dtype} | {statistics.median(r['step_s'] for r in sg):.3f} | {ph['data_s']:.3f} | "
+                  f"{ph['forward_s']:.3f} | {ph['backward_s']:.3f} | {ph['fold_s']:.3f} | {ph['optimizer_s']:.3f} |")
+        print(flush=True)
+
+    if "scaling" not in skip:
+        for dtype in a.dtypes.split(","):
+            print(f"## Scaling with K at pdbs=1 ({dtype}, shadowgrad, one run each)\n")
+            print("| K | step s | step s / K | tokens/s | peak RSS MiB |\n|---:|---:|---:|---:|---:|")
+            for k in map(int, a.scaling_ks.split(",")):
+                r = shadowgrad_run(a, env, dtype, 1, k, max(a.warmup + 2, a.steps // 2))
+                print(f"| {k} | {r['step_s']:.2f} | {r['step_s'] / k:.2f} | {tps(r):.0f} | {r['peak_mib']:.0f} |",
+                      flush=True)
+            print()
+
+    if "ga" not in skip:
+        print("## GA overhead at a matched global batch of 4 sequences (shadowgrad)\n")
+        print("| dtype | ga=1 pdbs=4 tokens/s | ga=4 pdbs=1 tokens/s | GA overhead |\n|---|---:|---:|---:|")
+        for dtype in a.dtypes.split(","):
+            one, four = [], []
+            for _ in range(a.repeats):
+                one.append(shadowgrad_run(a, env, dtype, 4, 1, a.steps))
+                four.append(shadowgrad_run(a, env, dtype, 1, 4, a.steps))
+            overhead = [(1 - tps(f) / tps(o)) * 100 for o, f in zip(one, four)]
+            print(f"| {dtype} | {spread([tps(r) for r in one])} | {spread([tps(r) for r in four])} | "
+                  f"{spread(overhead, '{:+.1f}')} % |", flush=True)
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

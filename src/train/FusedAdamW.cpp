@@ -1,0 +1,121 @@
+#include "train/FusedAdamW.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include <ATen/Parallel.h>
+#include <c10/util/string_utils.h>
+
+namespace shadowgrad::train {
+
+namespace {
+
+struct Coefficients {
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bias_correction2, eps, step_size;
+};
+
+inline float bf16_to_float(uint16_t bits) {
+  uint32_t word = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &word, sizeof f);
+  return f;
+}
+
+// The element loop, compiled for AVX-512, AVX2 and baseline x86-64; the loader picks one for this CPU.
+// Order of operations as in torch::optim::AdamW::step.
+#define SG_ADAMW_LOOP(LOAD_GRAD)                                                   \
+  for (int64_t i = 0; i < n; ++i) {                                                \
+    const float g = LOAD_GRAD;                                                     \
+    const float m_new = m[i] * c.beta1 + g * c.one_minus_beta1;                    \
+    const float v_new = v[i] * c.beta2 + g * g * c.one_minus_beta2;                \
+    const float denom = std::sqrt(v_new) / c.sqrt_bias_correction2 + c.eps;       \
+    p[i] = p[i] * c.decay - c.step_size * (m_new / denom);                         \
+    m[i] = m_new;                                                                  \
+    v[i] = v_new;                                                                  \
+  }
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_f32(float* __restrict p,
+                                                                             const float* __restrict grad,
+                                                                             float* __restrict m, float* __restrict v,
+                                                                             int64_t n, Coefficients c) {
+  SG_ADAMW_LOOP(grad[i])
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_bf16(float* __restrict p,
+                                                                              const uint16_t* __restrict grad,
+                                                                              float* __restrict m,
+                                                                              float* __restrict v, int64_t n,
+                                                                              Coefficients c) {
+  SG_ADAMW_LOOP(bf16_to_float(grad[i]))
+}
+
+#undef SG_ADAMW_LOOP
+
+bool fusable(const at::Tensor& p, const at::Tensor& grad, const torch::optim::AdamWOptions& o) {
+  return !o.amsgrad() && p.device().is_cpu() && p.scalar_type() == at::kFloat && p.is_contiguous() &&
+         grad.layout() == c10::kStrided && grad.is_contiguous() && grad.numel() == p.numel() &&
+         (grad.scalar_type() == at::kFloat || grad.scalar_type() == at::kBFloat16);
+}
+
+} // namespace
+
+at::Tensor FusedAdamW::step(LossClosure closure) {
+  at::NoGradGuard no_grad;
+  at::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
+    for (auto& p : group.params()) {
+      const auto& grad = p.grad();
+      if (!grad.defined()) continue;
+      if (!fusable(p, grad, o)) {  // nothing has been updated yet: hand the whole step to the stock AdamW
+        torch::optim::AdamW::step();
+        return loss;
+      }
+    }
+  }
+  for (auto& group : param_groups_) {
+    auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
+    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+    for (auto& p : group.params()) {
+      const auto& grad = p.grad();
+      if (!grad.defined()) continue;
+      const auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      auto it = state_.find(key);
+      if (it == state_.end()) {
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->step(0);
+        fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Contiguous));
+        fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Contiguous));
+        it = state_.emplace(key, std::move(fresh)).first;
+      }
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      if (!state.exp_avg().is_contiguous()) state.exp_avg(state.exp_avg().contiguous());  // e.g. after load()
+      if (!state.exp_avg_sq().is_contiguous()) state.exp_avg_sq(state.exp_avg_sq().contiguous());
+      state.step(state.step() + 1);
+      const double bias_correction1 = 1 - std::pow(beta1, double(state.step()));
+      const double bias_correction2 = 1 - std::pow(beta2, double(state.step()));
+      const Coefficients c{float(1 - o.lr() * o.weight_decay()), float(beta1), float(1 - beta1), float(beta2),
+                           float(1 - beta2), float(std::sqrt(bias_correction2)), float(o.eps()),
+                           float(o.lr() / bias_correction1)};
+      float* pp = p.data_ptr<float>();
+      float* m = state.exp_avg().data_ptr<float>();
+      float* v = state.exp_avg_sq().data_ptr<float>();
+      const bool bf16 = grad.scalar_type() == at::kBFloat16;
+      const void* g = grad.data_ptr();
+      at::parallel_for(0, p.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+        if (bf16)
+          adamw_bf16(pp + begin, static_cast<const uint16_t*>(g) + begin, m + begin, v + begin, end - begin, c);
+        else
+          adamw_f32(pp + begin, static_cast<const float*>(g) + begin, m + begin, v + begin, end - begin, c);
+      });
+    }
+  }
+  return loss;
+}
+
+} // namespace shadowgrad::train
