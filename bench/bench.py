@@ -128,16 +128,17 @@ def main():
 
     env = dict(os.environ)
     flags = cpu_flags()
-    if "avx512_bf16" in flags and "OPENBLAS_CORETYPE" not in env:
-        # The trainer sets this itself (re-exec); the peer and matmul_bench get it from here, so fp32 BLAS is
-        # the same library in the same mode for all three.
+    inherited_coretype = env.get("OPENBLAS_CORETYPE", "(unset)")
+    if "avx512_bf16" in flags:
+        # The trainer sets this itself when it is unset (re-exec). Here it is set for all three processes, over
+        # any inherited value, so fp32 BLAS is the same library in the same, fastest valid mode for each.
         env["OPENBLAS_CORETYPE"] = "COOPERLAKE"
     ftok, mm_params, all_params = flops_per_token()
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"# shadowgrad benchmark, {now}\n")
     print(f"- machine: {cpu_name()}, {os.cpu_count()} cores, avx512_bf16={'avx512_bf16' in flags}, "
           f"amx_bf16={'amx_bf16' in flags}; {a.threads} threads everywhere; "
-          f"OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')}")
+          f"OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')} (inherited: {inherited_coretype})")
     m = SEED
     print(f"- model: emb {m['emb']}, {m['heads']} q heads, {m['kv_heads']} kv heads, head_dim {m['head_dim']}, "
           f"mlp {m['mlp']}, {m['layers']} layers, vocab {m['vocab']}, seq {m['seq']}; {all_params / 1e6:.1f} M "
