@@ -121,10 +121,17 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="intra-op threads for everything; 0 = all cores")
     p.add_argument("--dtypes", default="bfloat16,float32")
     p.add_argument("--scaling-ks", default="1,2,4,8", help="K values of the scaling table (pdbs=1)")
+    p.add_argument("--scaling-steps", type=int, default=0, help="steps per scaling run; 0 = max(warmup+2, steps/2)")
+    p.add_argument("--ga-steps", type=int, default=0, help="steps per GA-overhead run; 0 = --steps")
+    p.add_argument("--model", default="", help="override the seed model: emb,heads,kv_heads,head_dim,mlp,layers,vocab,seq "
+                   "(for a quick smoke test of this script)")
     p.add_argument("--skip", default="", help="comma list of sections to skip: limit,peer,scaling,ga")
     a = p.parse_args()
     a.threads = a.threads or os.cpu_count()
     skip = set(filter(None, a.skip.split(",")))
+    if a.model:
+        SEED.update(zip(("emb", "heads", "kv_heads", "head_dim", "mlp", "layers", "vocab", "seq"),
+                        map(int, a.model.split(","))))
 
     env = dict(os.environ)
     flags = cpu_flags()
@@ -146,8 +153,9 @@ def main():
     print(f"- model FLOPs/token = 6 x {mm_params / 1e6:.1f} M + attention = {ftok / 1e6:.0f} MFLOP "
           f"(embedding lookup not counted; 6 x all params + attention would be "
           f"{(ftok + 6 * (all_params - mm_params)) / 1e6:.0f} MFLOP)")
-    print(f"- {a.steps} steps per run, first {a.warmup} left out; figures are median (min–max) over "
-          f"{a.repeats} runs unless one run\n", flush=True)
+    print(f"- {a.steps} steps per run (scaling: {a.scaling_steps or max(a.warmup + 2, a.steps // 2)}, GA overhead: "
+          f"{a.ga_steps or a.steps}), first {a.warmup} left out; with several runs a figure is median (min–max)")
+    print(f"- load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n", flush=True)
 
     limit_bf16 = None
     if "limit" not in skip:
@@ -169,7 +177,7 @@ def main():
 
     results = {}
     if "peer" not in skip:
-        print("## shadowgrad vs the PyTorch peer (pdbs=1, ga=4, global batch 2048 tokens)\n")
+        print(f"## shadowgrad vs the PyTorch peer (pdbs=1, ga=4, global batch {4 * m['seq']} tokens)\n")
         print("| dtype | run | tokens/s | step s | model GF/s | MFU vs bf16 2048³ | peak RSS MiB |\n"
               "|---|---|---:|---:|---:|---:|---:|")
         for dtype in a.dtypes.split(","):
@@ -201,7 +209,7 @@ def main():
             print(f"## Scaling with K at pdbs=1 ({dtype}, shadowgrad, one run each)\n")
             print("| K | step s | step s / K | tokens/s | peak RSS MiB |\n|---:|---:|---:|---:|---:|")
             for k in map(int, a.scaling_ks.split(",")):
-                r = shadowgrad_run(a, env, dtype, 1, k, max(a.warmup + 2, a.steps // 2))
+                r = shadowgrad_run(a, env, dtype, 1, k, a.scaling_steps or max(a.warmup + 2, a.steps // 2))
                 print(f"| {k} | {r['step_s']:.2f} | {r['step_s'] / k:.2f} | {tps(r):.0f} | {r['peak_mib']:.0f} |",
                       flush=True)
             print()
@@ -212,12 +220,13 @@ def main():
         for dtype in a.dtypes.split(","):
             one, four = [], []
             for _ in range(a.repeats):
-                one.append(shadowgrad_run(a, env, dtype, 4, 1, a.steps))
-                four.append(shadowgrad_run(a, env, dtype, 1, 4, a.steps))
+                one.append(shadowgrad_run(a, env, dtype, 4, 1, a.ga_steps or a.steps))
+                four.append(shadowgrad_run(a, env, dtype, 1, 4, a.ga_steps or a.steps))
             overhead = [(1 - tps(f) / tps(o)) * 100 for o, f in zip(one, four)]
             print(f"| {dtype} | {spread([tps(r) for r in one])} | {spread([tps(r) for r in four])} | "
                   f"{spread(overhead, '{:+.1f}')} % |", flush=True)
         print()
+    print(f"- load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
 
