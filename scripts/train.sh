@@ -6,6 +6,10 @@ set -euo pipefail
 source "$(dirname "$0")/lib/setup.sh"
 install_missing_packages
 build_shadowgrad trainer
-config="${1:-base.yml}"
-[ $# -gt 0 ] && shift
+# The config is optional: a first argument of the form key=value is already an override.
+config=base.yml
+if [ $# -gt 0 ] && [[ "$1" != *=* ]]; then
+  config="$1"
+  shift
+fi
 exec "$SHADOWGRAD_ROOT/build/trainer" "$config" "$@"
