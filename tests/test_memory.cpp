@@ -123,6 +123,34 @@ TEST_CASE("the tracking allocator counts every tensor's bytes, current and peak"
   CHECK(mem.current_bytes() == base);
 }
 
+TEST_CASE("the allocator's block cache reuses a freed block of the same size and counts it as not live",
+          "[memory][allocator]") {
+  auto& mem = tracker();
+  mem.set_cache_limit(8 << 20);
+  const int64_t base = mem.current_bytes(), hits = mem.cache_hits(), cached = mem.cached_bytes();
+  void* first = nullptr;
+  {
+    at::Tensor a = at::empty({1 << 18}, at::kFloat);  // 1 MiB
+    first = a.data_ptr();
+  }
+  CHECK(mem.current_bytes() == base);  // a cached block is not a live tensor
+  CHECK(mem.cached_bytes() - cached == (1 << 20));
+  {
+    at::Tensor b = at::empty({1 << 17}, at::kDouble);  // the same 1 MiB: served from the cache
+    CHECK(b.data_ptr() == first);
+    CHECK(mem.cache_hits() - hits == 1);
+    CHECK(mem.current_bytes() - base == (1 << 20));
+    CHECK(mem.cached_bytes() == cached);
+  }
+  { at::Tensor small = at::empty({1000}, at::kFloat); }  // under 64 KiB: never cached
+  CHECK(mem.cached_bytes() - cached == (1 << 20));
+  mem.set_cache_limit(0);  // off: what it held is freed, and frees are no longer kept
+  CHECK(mem.cached_bytes() == 0);
+  { at::Tensor c = at::empty({1 << 18}, at::kFloat); }
+  CHECK(mem.cached_bytes() == 0);
+  CHECK(mem.current_bytes() == base);
+}
+
 TEST_CASE("no K-dependent gradient memory: a K=4 step's peak is within 5% of a K=1 step's", "[memory][ga]") {
   for (const char* grad_dtype : {"float32", "bfloat16"}) {
     auto c = tiny_config();

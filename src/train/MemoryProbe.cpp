@@ -20,6 +20,7 @@ memory::MemoryReport probe_memory(const config::Config& cfg) {
   const c10::Device device = resolve_device(cfg.hardware);
   auto source = data::make_source(cfg);
   configure_threads(cfg.num_threads);
+  configure_allocator_cache(cfg.cpu_allocator_cache_mib);
   memory::MemoryMeter meter(device);
   model::Decoder model(model::DecoderOptions::from_config(cfg));
   model->to(device);

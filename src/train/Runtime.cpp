@@ -8,6 +8,7 @@
 #include <ATen/Context.h>
 #include <fmt/format.h>
 
+#include "memory/TrackingAllocator.h"
 #include "util/Errors.h"
 
 namespace shadowgrad::train {
@@ -17,6 +18,10 @@ int configure_threads(int64_t requested) {
   int n = requested > 0 ? static_cast<int>(requested) : static_cast<int>(std::thread::hardware_concurrency());
   at::set_num_threads(std::max(1, n));
   return at::get_num_threads();
+}
+
+void configure_allocator_cache(int64_t mib) {
+  if (memory::TrackingAllocator::installed()) memory::TrackingAllocator::get().set_cache_limit(mib * 1024 * 1024);
 }
 
 c10::Device resolve_device(const std::string& hardware) {

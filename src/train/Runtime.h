@@ -9,6 +9,9 @@ namespace shadowgrad::train {
 // Sets LibTorch's intra-op threads: `requested`, or every core when 0. Returns the count in use.
 int configure_threads(int64_t requested);
 
+// Caps the tracking CPU allocator's block cache (a no-op when the allocator is not installed).
+void configure_allocator_cache(int64_t mib);
+
 // "cpu" or "cuda". Throws InputError for cuda when this LibTorch has no CUDA or sees no GPU.
 c10::Device resolve_device(const std::string& hardware);
 

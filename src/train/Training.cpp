@@ -56,6 +56,7 @@ void log_optimizer_state(TrainStep& step, distributed::DataParallel& dp) {
 
 RunSummary Training::run() {
   const int threads = configure_threads(cfg_.num_threads);
+  configure_allocator_cache(cfg_.cpu_allocator_cache_mib);
   if (cfg_.dtype == "bfloat16" && device_.is_cpu() && !cpu_has_avx512_bf16())
     spdlog::warn("this CPU lacks avx512_bf16: bf16 matmul will be much slower than fp32; consider dtype=float32");
 
