@@ -8,36 +8,20 @@
 #include <sstream>
 #include <string>
 
-#include <sys/wait.h>
+#include "TrainerProcess.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr together
-};
+using trainer_process::Result;
+using trainer_process::kTinyModel;
 
-Result run_trainer(const std::string& args) {
-  std::string cmd = std::string(TRAINER_BIN) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Result run_trainer(const std::string& args) { return trainer_process::run(args); }
 
-std::string fresh_dir(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("sg_cli_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(dir);
-  return dir.string();
-}
+std::string fresh_dir(const std::string& name) { return trainer_process::fresh_dir("cli_" + name); }
 
-const std::string kTiny =
-    " base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16 base_mlp_dim=64"
-    " base_num_decoder_layers=2 vocab_size=64 max_target_length=16 per_device_batch_size=2 num_threads=1";
+const std::string& kTiny = kTinyModel;
 
 } // namespace
 
@@ -83,4 +67,23 @@ TEST_CASE("a tiny run writes config, metrics and summary, its config.yml reruns 
   std::string la, lb;
   while (std::getline(a, la) && std::getline(b, lb))
     CHECK(la.substr(0, la.find("\"step_time_s\"")) == lb.substr(0, lb.find("\"step_time_s\"")));
+}
+
+TEST_CASE("profiler=trace records the chosen steps' ops into profile.trace.json, and no trace is written by default",
+          "[cli][profiler]") {
+  const std::string out = fresh_dir("profile");
+  Result r = run_trainer("base.yml steps=4 profiler=trace skip_first_n_steps_for_profiler=1 profiler_steps=2"
+                         " gradient_accumulation_steps=2 run_name=p base_output_directory=" + out + kTiny);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.output, Catch::Contains("profiling steps 2..3"));
+  const std::string trace = trainer_process::read_text(out + "/p/profile.trace.json");
+  CHECK(trace.rfind("[", 0) == 0);
+  CHECK(trace.find_last_not_of(" \n") == trace.rfind(']'));
+  // The forward matmuls and the gradient fold both appear: it is the training step that was recorded.
+  CHECK_THAT(trace, Catch::Contains("\"name\": \"aten::mm\"") && Catch::Contains("AccumulateGrad"));
+
+  Result plain = run_trainer("base.yml steps=2 run_name=q base_output_directory=" + out + kTiny);
+  REQUIRE(plain.code == 0);
+  CHECK_FALSE(fs::exists(out + "/q/profile.trace.json"));
 }

@@ -10,7 +10,6 @@
 #include <regex>
 #include <sstream>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -18,6 +17,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "TinyConfig.h"
+#include "TrainerProcess.h"
 #include "accumulate/ShadowAccumulator.h"
 #include "data/DataSource.h"
 #include "memory/TrackingAllocator.h"
@@ -63,19 +63,7 @@ int64_t largest_numel(const std::vector<at::Tensor>& params) {
   return n;
 }
 
-struct PopenResult {
-  int code;
-  std::string output;
-};
-
-PopenResult trainer(const std::string& args) {
-  FILE* pipe = popen((std::string(TRAINER_BIN) + " " + args + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+trainer_process::Result trainer(const std::string& args) { return trainer_process::run(args); }
 
 // The integer value of "key": N in a JSON text; -1 when absent.
 int64_t json_int(const std::string& text, const std::string& key) {
@@ -84,16 +72,7 @@ int64_t json_int(const std::string& text, const std::string& key) {
   return std::stoll(m[1]);
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-const std::string kTinyArgs =
-    " base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16 base_mlp_dim=64"
-    " base_num_decoder_layers=2 vocab_size=64 max_target_length=16 per_device_batch_size=2 num_threads=1";
+const std::string& kTinyArgs = trainer_process::kTinyModel;
 
 } // namespace
 
@@ -333,7 +312,7 @@ TEST_CASE("a run writes peak_mem_bytes per step, memory_report.json and summary 
   }
   CHECK(lines == 3);
 
-  const std::string report = slurp(out + "/m/memory_report.json");
+  const std::string report = trainer_process::read_text(out + "/m/memory_report.json");
   const int64_t n = json_int(report, "param_count");
   REQUIRE(n > 0);
   CHECK(json_int(report, "params_bytes") == 4 * n);           // fp32 master weights
@@ -342,7 +321,7 @@ TEST_CASE("a run writes peak_mem_bytes per step, memory_report.json and summary 
   CHECK(json_int(report, "peak_step_bytes") == max_step_peak);
   CHECK(json_int(report, "peak_step_bytes") >= 14 * n);
   CHECK(json_int(report, "peak_bytes") >= json_int(report, "peak_step_bytes"));
-  CHECK(json_int(slurp(out + "/m/summary.json"), "peak_mem_bytes") == json_int(report, "peak_bytes"));
+  CHECK(json_int(trainer_process::read_text(out + "/m/summary.json"), "peak_mem_bytes") == json_int(report, "peak_bytes"));
 
   auto probe = trainer("base.yml --memory-report gradient_accumulation_steps=2 base_output_directory=" + out +
                        "/probe" + kTinyArgs);

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <string>
 
+#include "TrainerProcess.h"
 #include "train/Progress.h"
 
 namespace {
 
+// Runs a shell command line and returns what it printed (stdout and stderr).
 std::string capture(const std::string& cmd) {
   FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
   std::string out;
@@ -22,10 +24,8 @@ std::string capture(const std::string& cmd) {
 std::string tiny_run(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("sg_progress_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir / name);
-  return std::string(TRAINER_BIN) +
-         " base.yml steps=4 log_period=2 base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16"
-         " base_mlp_dim=64 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 per_device_batch_size=2"
-         " num_threads=1 base_output_directory=" + dir.string() + " run_name=" + name;
+  return std::string(TRAINER_BIN) + " base.yml steps=4 log_period=2" + trainer_process::kTinyModel +
+         " base_output_directory=" + dir.string() + " run_name=" + name;
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -36,12 +37,24 @@ void stage(const std::string& name) {
   if (fault_hook()) fault_hook()(name);
 }
 
-std::string serialize(const std::function<void(torch::serialize::OutputArchive&)>& fill) {
+// Streams the archive into `out` as the zip writer produces it: no in-memory copy of the file.
+void serialize(DurableWriter& out, const std::function<void(torch::serialize::OutputArchive&)>& fill) {
   torch::serialize::OutputArchive archive;
   fill(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
+  // An exception must not cross the zip writer (its destructor would write again and terminate): the first
+  // failure (e.g. a full disk) is kept, later bytes are dropped, and it is rethrown once the writer is done.
+  std::exception_ptr failure;
+  archive.save_to([&](const void* data, size_t size) {
+    if (!failure) {
+      try {
+        out.write(data, size);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    return size;
+  });
+  if (failure) std::rethrow_exception(failure);
 }
 
 std::string fnv1a64_hex(const std::string& text) {
@@ -251,22 +264,28 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
     m.frozen = frozen_values(cfg_);
     m.config_fingerprint = fingerprint(m.frozen);
 
-    auto put = [&](const std::string& name, const std::string& bytes) {
-      write_durably(tmp + "/" + name, bytes);
-      m.files.push_back({name, int64_t(bytes.size()), crc32_hex(crc32(bytes.data(), bytes.size()))});
-      total_bytes += int64_t(bytes.size());
+    auto put = [&](const std::string& name, const std::function<void(DurableWriter&)>& produce) {
+      DurableWriter w(tmp + "/" + name);
+      produce(w);
+      w.commit();
+      m.files.push_back({name, w.bytes(), crc32_hex(w.crc32())});
+      total_bytes += w.bytes();
       stage(name);
     };
-    put("model.pt", serialize([&](auto& a) {
-          for (const auto& p : model.named_parameters()) a.write(p.key(), p.value().detach());
-        }));
-    put("optimizer.pt", serialize([&](auto& a) { optimizer.save(a); }));
-    put("rng.pt", serialize([&](auto& a) {
-          auto gen = at::detail::getDefaultCPUGenerator();
-          std::lock_guard<std::mutex> lock(gen.mutex());
-          a.write("cpu_generator", gen.get_state());
-        }));
-    put("config.yml", config::to_yaml(cfg_));
+    auto put_archive = [&](const std::string& name, const std::function<void(torch::serialize::OutputArchive&)>& fill) {
+      put(name, [&](DurableWriter& w) { serialize(w, fill); });
+    };
+    put_archive("model.pt", [&](auto& a) {
+      for (const auto& p : model.named_parameters()) a.write(p.key(), p.value().detach());
+    });
+    put_archive("optimizer.pt", [&](auto& a) { optimizer.save(a); });
+    put_archive("rng.pt", [&](auto& a) {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      a.write("cpu_generator", gen.get_state());
+    });
+    const std::string config_text = config::to_yaml(cfg_);
+    put("config.yml", [&](DurableWriter& w) { w.write(config_text.data(), config_text.size()); });
     write_durably(tmp + "/manifest.yml", m.to_text());
     stage("manifest.yml");
     sync_directory(tmp);

@@ -1,30 +1,24 @@
 #include "checkpoint/Crc32.h"
 
-#include <array>
+#include <algorithm>
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 namespace shadowgrad::checkpoint {
-namespace {
-
-std::array<uint32_t, 256> make_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-
-} // namespace
 
 uint32_t crc32(const void* data, size_t size, uint32_t previous) {
-  static const std::array<uint32_t, 256> table = make_table();
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t c = previous ^ 0xFFFFFFFFu;
-  for (size_t i = 0; i < size; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  // zlib's CRC-32 processes several bytes per step: a 600 MB checkpoint costs ~0.1 s, not the ~2 s of
+  // a byte-at-a-time table. Its length argument is 32-bit, hence the slices.
+  const auto* p = static_cast<const Bytef*>(data);
+  uLong c = previous;
+  while (size > 0) {
+    const auto n = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
+    c = ::crc32(c, p, n);
+    p += n;
+    size -= n;
+  }
+  return static_cast<uint32_t>(c);
 }
 
 std::string crc32_hex(uint32_t crc) { return fmt::format("{:08x}", crc); }

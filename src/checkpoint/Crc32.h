@@ -1,5 +1,5 @@
 #pragma once
-// CRC-32 (IEEE 802.3, the polynomial zlib and PNG use), table-driven, written here to avoid a dependency.
+// CRC-32 (IEEE 802.3, the polynomial zlib and PNG use), computed by zlib.
 //
 //   uint32_t c = shadowgrad::checkpoint::crc32(bytes.data(), bytes.size());   // crc32("123456789") == 0xCBF43926
 #include <cstddef>

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/Crc32.h"
+
 namespace shadowgrad::checkpoint {
 namespace {
 
@@ -19,28 +21,39 @@ namespace {
 
 } // namespace
 
-void write_durably(const std::string& path, const std::string& bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("create", path);
+DurableWriter::DurableWriter(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("create", path);
+}
+
+DurableWriter::~DurableWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void DurableWriter::write(const void* data, size_t size) {
+  const auto* p = static_cast<const char*>(data);
+  crc_ = checkpoint::crc32(p, size, crc_);
+  bytes_ += static_cast<int64_t>(size);
   size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < size) {
+    ssize_t n = ::write(fd_, p + done, size - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int saved = errno;
-      ::close(fd);
-      errno = saved;
-      fail("write", path);
-    }
+    if (n < 0) fail("write", path_);
     done += size_t(n);
   }
-  if (::fsync(fd) != 0) {
-    int saved = errno;
-    ::close(fd);
-    errno = saved;
-    fail("fsync", path);
-  }
-  if (::close(fd) != 0) fail("close", path);
+}
+
+void DurableWriter::commit() {
+  if (::fsync(fd_) != 0) fail("fsync", path_);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("close", path_);
+}
+
+void write_durably(const std::string& path, const std::string& bytes) {
+  DurableWriter w(path);
+  w.write(bytes.data(), bytes.size());
+  w.commit();
 }
 
 void sync_directory(const std::string& dir) {
@@ -59,6 +72,8 @@ std::string read_whole_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("open", path);
   std::string out;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(size_t(st.st_size));  // one allocation, no regrowth
   char buf[1 << 16];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);

@@ -24,6 +24,7 @@
 #include "train/RunDirectory.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
+#include "train/StepProfiler.h"
 #include "train/TrainStep.h"
 #include "util/Errors.h"
 
@@ -120,9 +121,13 @@ RunSummary Training::run() {
   int64_t total_tokens = 0;
   NonFiniteGuard guard(cfg_.max_consecutive_nonfinite, state);
   StopSignals signals;
+  StepProfiler profiler(dir ? dir->file("profile.trace.json") : "", state.step + cfg_.skip_first_n_steps_for_profiler,
+                        cfg_.profiler == "trace" && dir ? cfg_.profiler_steps : 0);
   for (int64_t s = state.step; s < cfg_.steps; ++s) {
     meter.begin_step();
+    profiler.before_step(s);
     StepStats st = step.run(s);
+    profiler.after_step(s);
     const int64_t peak = meter.end_step();
     guard.record(st);
     total_tokens += st.tokens;
