@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adamw.h>
 
@@ -164,4 +165,77 @@ TEST_CASE("clipping scales to the threshold and reports the norm before clipping
   REQUIRE(before > 1);
   CHECK(acc.clip_global_norm_(1.0) == Approx(before));
   CHECK(acc.global_norm() == Approx(1.0).epsilon(1e-4));
+}
+
+namespace {
+
+// One K=3 accumulation with bf16 compute on fp32 weights, through plain casts or the accumulator's folding
+// casts; returns the shadow tree as fp32 copies.
+std::vector<at::Tensor> bf16_compute_shadows(c10::ScalarType grad_dtype, bool folding, bool hoist,
+                                             int64_t* folds = nullptr) {
+  auto c = tiny_config();
+  c.dtype = "bfloat16";
+  c.hoist_weight_cast = hoist;
+  c.synthetic_min_length_fraction = 0.3;
+  auto source = data::make_source(c);
+  model::Decoder model(model::DecoderOptions::from_config(c));
+  accumulate::ShadowAccumulator acc(model->parameters(), grad_dtype);
+  if (folding)
+    model->set_weight_casts({[&](const at::Tensor& p, c10::ScalarType d) { return acc.cast(p, d); },
+                             [&](const at::Tensor& p, const at::Tensor& i, c10::ScalarType d) {
+                               return acc.gather_rows(p, i, d);
+                             }});
+  auto batch = source->examples(0, 0, 6);  // small vocab: every microbatch repeats tokens
+  acc.begin();
+  for (int64_t m = 0; m < 3; ++m) {
+    auto micro = batch.slice(2 * m, 2);
+    (train::linear_token_loss_sum(model->hidden(micro.tokens), model->output_weight(), micro.targets, 8) / 50.0)
+        .backward();
+    for (const auto& p : model->parameters()) CHECK_FALSE(p.grad().defined());
+  }
+  acc.end();
+  model->clear_weight_cache();
+  if (folds) *folds = acc.folds();
+  std::vector<at::Tensor> out;
+  for (const auto& s : acc.shadows()) out.push_back(s.to(at::kFloat));
+  model->set_weight_casts({});
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("folding casts give the plain casts' shadow tree bit for bit (fp32 and bf16 shadows, hoisted or not)",
+          "[accumulate][folding]") {
+  for (auto grad_dtype : {at::kFloat, at::kBFloat16}) {
+    for (bool hoist : {false, true}) {
+      INFO("grad_dtype " << c10::toString(grad_dtype) << ", hoist_weight_cast " << hoist);
+      int64_t plain_folds = 0, folding_folds = 0;
+      auto plain = bf16_compute_shadows(grad_dtype, false, hoist, &plain_folds);
+      auto folded = bf16_compute_shadows(grad_dtype, true, hoist, &folding_folds);
+      REQUIRE(plain.size() == folded.size());
+      for (size_t i = 0; i < plain.size(); ++i) {
+        INFO("parameter " << i);
+        CHECK(plain[i].abs().max().item<double>() > 0);
+        CHECK(at::equal(plain[i], folded[i]));
+      }
+      CHECK(folding_folds == plain_folds);  // one fold per parameter per microbatch either way
+    }
+  }
+}
+
+TEST_CASE("outside an accumulation window a folding cast and gather set p.grad like the plain ops", "[accumulate][folding]") {
+  auto w = at::randn({5, 3}).requires_grad_(true);
+  accumulate::ShadowAccumulator acc({w}, at::kFloat);
+  auto index = at::tensor(std::vector<int64_t>{4, 0, 4});
+  (acc.cast(w, at::kBFloat16).to(at::kFloat).sum() * 2 + acc.gather_rows(w, index, at::kBFloat16).to(at::kFloat).sum())
+      .backward();
+  REQUIRE(w.grad().defined());
+  auto expected = at::full({5, 3}, 2.0);
+  expected[0] += 1;
+  expected[4] += 2;
+  CHECK(at::equal(w.grad(), expected));
+  CHECK(acc.global_norm() == 0);
+  CHECK(acc.cast(w, at::kBFloat16).grad_fn()->name() == "FoldingCastBackward");
+  CHECK(acc.gather_rows(w, index, at::kBFloat16).grad_fn()->name() == "FoldingGatherBackward");
+  CHECK_THROWS_AS(acc.cast(at::ones({2}, at::requires_grad()), at::kBFloat16), std::invalid_argument);
 }

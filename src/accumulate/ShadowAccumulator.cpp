@@ -10,50 +10,50 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/optim/optimizer.h>
 
+#include "accumulate/FoldingCast.h"
+#include "accumulate/ShadowState.h"
+
 namespace shadowgrad::accumulate {
 
-struct ShadowAccumulator::State {
-  std::vector<at::Tensor> params;
-  std::vector<at::Tensor> shadows;
-  // Holding the AccumulateGrad nodes keeps them (and our hooks on them) alive across graphs; the same
-  // technique DDP's Reducer uses.
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_nodes;
-  std::vector<uintptr_t> hook_keys;
-  c10::ScalarType grad_dtype;
-  bool open = false;
-  int64_t folds = 0;
-  double fold_seconds = 0;
+void ShadowState::fold(size_t i, const at::Tensor& grad) {
+  Timer timer{*this};
+  shadows[i].add_(grad);  // fp32 math, rounded once into grad_dtype
+}
 
-  // Runs right after autograd stored a microbatch's gradient in params[i].grad(): fold it, free it.
-  void fold(size_t i) {
-    if (!open) return;
-    at::Tensor& grad = params[i].mutable_grad();
-    if (!grad.defined()) return;
-    const auto start = std::chrono::steady_clock::now();
-    shadows[i].add_(grad);  // fp32 math, rounded once into grad_dtype
-    grad.reset();
-    ++folds;
-    fold_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-};
+void ShadowState::fold_rows(size_t i, const at::Tensor& index, const at::Tensor& rows) {
+  Timer timer{*this};
+  auto [unique, inverse] = at::_unique(index, /*sorted=*/true, /*return_inverse=*/true);
+  auto sums = at::zeros({unique.size(0), rows.size(-1)}, rows.options().dtype(at::kFloat))
+                  .index_add_(0, inverse, rows.reshape({-1, rows.size(-1)}).to(at::kFloat));
+  at::Tensor& shadow = shadows[i];
+  shadow.index_copy_(0, unique, shadow.index_select(0, unique).to(at::kFloat).add_(sums).to(shadow.scalar_type()));
+}
 
 ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10::ScalarType grad_dtype)
-    : state_(std::make_shared<State>()) {
+    : state_(std::make_shared<ShadowState>()) {
   auto& s = *state_;
   s.grad_dtype = grad_dtype;
   for (const auto& p : params) {
     if (!p.requires_grad()) continue;
     if (!p.is_leaf()) throw std::invalid_argument("ShadowAccumulator: parameters must be leaf tensors");
+    s.index_of[p.unsafeGetTensorImpl()] = s.params.size();
     s.params.push_back(p);
     // Allocated once and reused every step.
     s.shadows.push_back(at::zeros_like(p, p.options().dtype(grad_dtype)));
   }
-  std::weak_ptr<State> weak = state_;
+  std::weak_ptr<ShadowState> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
     auto node = torch::autograd::impl::grad_accumulator(s.params[i]);
     s.hook_keys.push_back(node->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          if (auto state = weak.lock()) state->fold(i);
+          // Runs right after autograd stored a microbatch's gradient in params[i].grad(): fold it, free it.
+          auto state = weak.lock();
+          if (!state || !state->open) return outputs;
+          at::Tensor& grad = state->params[i].mutable_grad();
+          if (grad.defined()) {
+            state->fold(i, grad);
+            grad.reset();
+          }
           return outputs;
         })));
     s.grad_nodes.push_back(std::move(node));
@@ -105,6 +105,22 @@ void ShadowAccumulator::step(torch::optim::Optimizer& optimizer) {
 
 void ShadowAccumulator::zero_() {
   for (auto& s : state_->shadows) s.zero_();
+}
+
+size_t ShadowAccumulator::position(const at::Tensor& param) const {
+  auto it = state_->index_of.find(param.unsafeGetTensorImpl());
+  if (it == state_->index_of.end())
+    throw std::invalid_argument("ShadowAccumulator: the tensor is not one of the accumulated parameters");
+  return it->second;
+}
+
+at::Tensor ShadowAccumulator::cast(const at::Tensor& param, c10::ScalarType dtype) const {
+  return folding_cast(state_, position(param), param, dtype);
+}
+
+at::Tensor ShadowAccumulator::gather_rows(const at::Tensor& param, const at::Tensor& index,
+                                          c10::ScalarType dtype) const {
+  return folding_gather(state_, position(param), param, index, dtype);
 }
 
 const std::vector<at::Tensor>& ShadowAccumulator::params() const { return state_->params; }

@@ -27,6 +27,8 @@ class Optimizer;
 
 namespace shadowgrad::accumulate {
 
+struct ShadowState;
+
 class ShadowAccumulator {
  public:
   // `params`: the trainable parameters (those without requires_grad are ignored).
@@ -52,6 +54,13 @@ class ShadowAccumulator {
   // Zeroes the shadow tree without an update (e.g. a skipped step).
   void zero_();
 
+  // `param` in `dtype` (== param.to(dtype) / param.index_select(0, index).to(dtype)), wired so that its
+  // gradient, in `dtype`, is folded straight into the shadow tree: for bf16 compute on fp32 weights no fp32
+  // gradient is made, and the gather folds only the rows it read. Outside begin()/end() backward sets
+  // param.grad() as the plain op would. See FoldingCast.h.
+  at::Tensor cast(const at::Tensor& param, c10::ScalarType dtype) const;
+  at::Tensor gather_rows(const at::Tensor& param, const at::Tensor& index, c10::ScalarType dtype) const;
+
   const std::vector<at::Tensor>& params() const;
   const std::vector<at::Tensor>& shadows() const;
   c10::ScalarType grad_dtype() const;
@@ -63,8 +72,8 @@ class ShadowAccumulator {
   double fold_seconds() const;
 
  private:
-  struct State;
-  std::shared_ptr<State> state_;
+  size_t position(const at::Tensor& param) const;  // throws for a tensor that is not an accumulated parameter
+  std::shared_ptr<ShadowState> state_;
 };
 
 } // namespace shadowgrad::accumulate

@@ -85,16 +85,20 @@ torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
   // Hoisting caches the cast of a parameter (a leaf), built with grad enabled so that every
   // microbatch's graph shares its ToCopyBackward node: each backward sends the fp32 gradient to the
   // master weight as usual. Under no_grad, or for non-leaves (gathered embedding rows), cast afresh.
-  if (!options_.hoist_weight_cast || !weight.is_leaf() || !at::GradMode::is_enabled())
-    return weight.to(options_.compute_dtype);
+  if (!options_.hoist_weight_cast || !weight.is_leaf() || !at::GradMode::is_enabled()) return cast(weight);
   CachedCast& entry = weight_cache_[weight.unsafeGetTensorImpl()];
   if (!entry.cast.defined() || entry.version != weight._version()) {
-    entry = {weight.to(options_.compute_dtype), weight._version()};
+    entry = {cast(weight), weight._version()};
     int64_t bytes = 0;
     for (const auto& [impl, cached] : weight_cache_) bytes += cached.cast.numel() * int64_t(cached.cast.element_size());
     weight_cache_high_ = std::max(weight_cache_high_, bytes);
   }
   return entry.cast;
+}
+
+torch::Tensor DecoderImpl::cast(const torch::Tensor& weight) const {
+  return casts_.cast && weight.is_leaf() ? casts_.cast(weight, options_.compute_dtype)
+                                         : weight.to(options_.compute_dtype);
 }
 
 torch::Tensor DecoderImpl::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
@@ -145,7 +149,10 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens) {
     throw std::invalid_argument(fmt::format("tokens must be [batch, <= {}], got {}", options_.max_length,
                                             c10::str(tokens.sizes())));
   // Gather first, then cast: only the rows in use are converted.
-  auto x = compute(embedding_.index_select(0, tokens.flatten())).view({tokens.size(0), tokens.size(1), -1});
+  auto flat = tokens.flatten();
+  auto rows = casts_.gather ? casts_.gather(embedding_, flat, options_.compute_dtype)
+                            : compute(embedding_.index_select(0, flat));
+  auto x = rows.view({tokens.size(0), tokens.size(1), -1});
   for (const auto& b : blocks_) {
     x = x + attention(b, x);
     x = x + mlp(b, x);

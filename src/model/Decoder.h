@@ -10,6 +10,7 @@
 // Weights are stored in options.weight_dtype and cast to options.compute_dtype where they are used, so
 // bf16 compute trains fp32 master weights. Right padding needs no attention mask beyond the causal one:
 // a valid token never attends to a later (padded) position.
+#include <functional>
 #include <unordered_map>
 
 #include <torch/nn/module.h>
@@ -32,6 +33,15 @@ class DecoderImpl : public torch::nn::Module {
 
   const DecoderOptions& options() const { return options_; }
 
+  // How parameters reach the compute dtype. Unset: with .to() and index_select. A trainer sets them to
+  // ShadowAccumulator::cast / gather_rows, so each gradient is folded into the shadow tree in the compute
+  // dtype, with no per-parameter gradient in the weight dtype. Set {} to go back to the plain ops.
+  struct WeightCasts {
+    std::function<torch::Tensor(const torch::Tensor& param, c10::ScalarType dtype)> cast;
+    std::function<torch::Tensor(const torch::Tensor& param, const torch::Tensor& index, c10::ScalarType dtype)> gather;
+  };
+  void set_weight_casts(WeightCasts casts) { casts_ = std::move(casts); }
+
   // hoist_weight_cast: drops the cached compute-dtype weights (call after the last microbatch's
   // backward); the next forward casts again. A cached cast is also recast if its weight changed.
   void clear_weight_cache() { weight_cache_.clear(); }
@@ -48,8 +58,10 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
   torch::Tensor apply_rope(const torch::Tensor& x) const;  // x [B,H,T,D]
   torch::Tensor compute(const torch::Tensor& weight) const;
+  torch::Tensor cast(const torch::Tensor& weight) const;  // to the compute dtype, through casts_ when set
 
   DecoderOptions options_;
+  WeightCasts casts_;
   torch::Tensor embedding_, final_norm_, output_;
   std::vector<Block> blocks_;
   struct CachedCast {

@@ -37,9 +37,17 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
                                           : nullptr),
       optimizer_(make_optimizer(c, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
   if (dp_) dp_->verify_same_start(model_->parameters());
+  // Gradients reach the shadow tree in the compute dtype, straight from the cast (see FoldingCast.h).
+  if (!c.fold_in_compute_dtype) return;
+  auto* acc = accumulator_.get();
+  model_->set_weight_casts(
+      {[acc](const at::Tensor& p, c10::ScalarType dtype) { return acc->cast(p, dtype); },
+       [acc](const at::Tensor& p, const at::Tensor& index, c10::ScalarType dtype) {
+         return acc->gather_rows(p, index, dtype);
+       }});
 }
 
-TrainStep::~TrainStep() = default;
+TrainStep::~TrainStep() { model_->set_weight_casts({}); }  // the casts point into accumulator_
 
 namespace {
 
