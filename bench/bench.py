@@ -58,7 +58,8 @@ def trainer_cmd(a, run_dir, dtype, pdbs, ga, steps, extra=()):
             f"vocab_size={m['vocab']}", f"max_target_length={m['seq']}", "synthetic_min_length_fraction=1",
             f"dtype={dtype}", f"per_device_batch_size={pdbs}", f"gradient_accumulation_steps={ga}",
             f"steps={steps}", f"log_period={steps}", f"num_threads={a.threads}",
-            f"base_output_directory={run_dir}", f"run_name=r{time.monotonic_ns()}", *extra]
+            f"base_output_directory={run_dir}", f"run_name=r{time.monotonic_ns()}",
+            "enable_checkpointing=false", *extra]  # the peer writes no checkpoint either
 
 
 def peer_cmd(a, dtype, pdbs, ga, steps):
@@ -217,13 +218,17 @@ def main():
     if "ga" not in skip:
         print("## GA overhead at a matched global batch of 4 sequences (shadowgrad)\n")
         print("| dtype | ga=1 pdbs=4 tokens/s | ga=4 pdbs=1 tokens/s | GA overhead |\n|---|---:|---:|---:|")
-        for dtype in a.dtypes.split(","):
+        variants = [(dtype, ()) for dtype in a.dtypes.split(",")]
+        if "bfloat16" in a.dtypes.split(","):  # casting the weights once per step instead of once per microbatch
+            variants.append(("bfloat16", ("hoist_weight_cast=true",)))
+        for dtype, extra in variants:
             one, four = [], []
-            for _ in range(a.repeats):
-                one.append(shadowgrad_run(a, env, dtype, 4, 1, a.ga_steps or a.steps))
-                four.append(shadowgrad_run(a, env, dtype, 1, 4, a.ga_steps or a.steps))
+            for _ in range(a.repeats):  # alternating, so a drift in machine speed hits both sides
+                one.append(shadowgrad_run(a, env, dtype, 4, 1, a.ga_steps or a.steps, extra))
+                four.append(shadowgrad_run(a, env, dtype, 1, 4, a.ga_steps or a.steps, extra))
             overhead = [(1 - tps(f) / tps(o)) * 100 for o, f in zip(one, four)]
-            print(f"| {dtype} | {spread([tps(r) for r in one])} | {spread([tps(r) for r in four])} | "
+            label = " ".join((dtype,) + extra)
+            print(f"| {label} | {spread([tps(r) for r in one])} | {spread([tps(r) for r in four])} | "
                   f"{spread(overhead, '{:+.1f}')} % |", flush=True)
         print()
     print(f"- load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

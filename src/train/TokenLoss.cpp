@@ -20,18 +20,23 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& targets, int64_t rows) {
     auto logits = at::linear(hidden, weight);  // [N, V], compute dtype: the only [N, V] tensor kept
-    auto valid = targets.ne(data::kIgnoreIndex).to(at::kFloat).unsqueeze(1);
+    auto valid = targets.ne(data::kIgnoreIndex);
+    const bool padded = !valid.all().item<bool>();
+    auto valid_f = valid.to(at::kFloat).unsqueeze(1);
     auto safe = targets.clamp_min(0).unsqueeze(1);
     auto loss = at::zeros({}, hidden.options().dtype(at::kFloat));
+    // Per chunk, two passes over [rows, V]: log_softmax (fp32 out), and exp written straight into the logits'
+    // dtype. The target entries, softmax - 1, are computed in fp32 and rounded once, like every other entry.
     for (int64_t r = 0; r < logits.size(0); r += rows) {
       const int64_t n = std::min(rows, logits.size(0) - r);
       auto chunk = logits.narrow(0, r, n);
-      auto t = safe.narrow(0, r, n), v = valid.narrow(0, r, n);
+      auto t = safe.narrow(0, r, n), v = valid_f.narrow(0, r, n);
       auto log_probs = at::log_softmax(chunk, -1, at::kFloat);  // fp32, `rows` x V only
-      loss.sub_(log_probs.gather(1, t).mul_(v).sum());
-      auto grad = log_probs.exp_();  // softmax
-      grad.scatter_add_(1, t, -v).mul_(v);
-      chunk.copy_(grad);
+      auto target_log_probs = log_probs.gather(1, t);
+      loss.sub_(target_log_probs.mul(v).sum());
+      at::exp_out(chunk, log_probs);  // softmax, rounded once into the compute dtype
+      chunk.scatter_(1, t, target_log_probs.exp().sub_(1).to(chunk.scalar_type()));
+      if (padded) chunk.mul_(v.to(chunk.scalar_type()));  // padding rows get no gradient
     }
     ctx->save_for_backward({hidden, weight});
     ctx->saved_data["grad_logits"] = logits;
