@@ -212,6 +212,7 @@ TEST_CASE("hoist_weight_cast gives bit-identical gradients and training, and hol
   c.dtype = "bfloat16";  // fp32 master weights, bf16 compute: the case hoisting is for
   c.gradient_accumulation_steps = 4;
   c.per_device_batch_size = 1;
+  c.hoist_weight_cast = false;
   auto source = data::make_source(c);
   auto hoisted = c;
   hoisted.hoist_weight_cast = true;
@@ -265,6 +266,7 @@ TEST_CASE("hoist_weight_cast gives bit-identical gradients and training, and hol
 TEST_CASE("a hoisted cast is recast after an in-place update, and never cached under no_grad", "[memory][hoist]") {
   auto o = model::DecoderOptions::from_config(tiny_config());
   o.compute_dtype = at::kBFloat16;
+  o.hoist_weight_cast = false;
   auto h = o;
   h.hoist_weight_cast = true;
   model::Decoder plain(o), hoist(h);
