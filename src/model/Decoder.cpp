@@ -83,8 +83,8 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
 torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
   if (weight.scalar_type() == options_.compute_dtype) return weight;
   // Hoisting caches the cast of a parameter (a leaf), built with grad enabled so that every
-  // microbatch's graph shares its ToCopyBackward node: each backward sends the fp32 gradient to the
-  // master weight as usual. Under no_grad, or for non-leaves (gathered embedding rows), cast afresh.
+  // microbatch's graph shares its cast node: each backward delivers its own gradient through it, as
+  // separate casts would. Under no_grad, or for non-leaves, cast afresh.
   if (!options_.hoist_weight_cast || !weight.is_leaf() || !at::GradMode::is_enabled()) return cast(weight);
   CachedCast& entry = weight_cache_[weight.unsafeGetTensorImpl()];
   if (!entry.cast.defined() || entry.version != weight._version()) {
