@@ -114,18 +114,27 @@ for combo in "${combos[@]}"; do
   if [[ -f $run_dir/summary.json ]]; then
     echo "$progress: skipped (summary.json exists)"
   else
-    # A run dir without summary.json is a failed or interrupted run; the trainer will not overwrite it.
-    [[ ! -e $run_dir ]] || { echo "$progress: removing incomplete run dir" && rm -rf "$run_dir"; }
+    # A run dir without summary.json is a failed or interrupted run. With a checkpoint the trainer resumes it
+    # (resume=true, the default); without one it would refuse the existing directory, so it is removed.
+    log="$sweep_dir/$name.log"
+    if compgen -G "$run_dir/checkpoints/step-*" >/dev/null; then
+      echo "$progress: resuming the incomplete run from its latest checkpoint"
+      exec 3>>"$log"  # keep the interrupted attempt's log above the resumed one
+    else
+      [[ ! -e $run_dir ]] || { echo "$progress: removing incomplete run dir (no checkpoint)" && rm -rf "$run_dir"; }
+      exec 3>"$log"
+    fi
     start=$SECONDS
     rc=0
     "$trainer" "$config" "${fixed[@]}" "${overrides[@]}" "base_output_directory=$sweep_dir" "run_name=$name" \
-      >"$sweep_dir/$name.log" 2>&1 || rc=$?
+      >&3 2>&3 || rc=$?
+    exec 3>&-
     if ((rc != 0)); then
       status="failed (exit $rc)"
     elif [[ ! -f $run_dir/summary.json ]]; then
       status="failed (no summary.json)"
     fi
-    echo "$progress: $status in $((SECONDS - start))s, log $sweep_dir/$name.log"
+    echo "$progress: $status in $((SECONDS - start))s, log $log"
   fi
   [[ $status == ok ]] || failed=$((failed + 1))
   values=()

@@ -22,7 +22,7 @@ fail() {
 
 sweep() {
   "$repo/scripts/sweep.sh" base.yml gradient_accumulation_steps=1,2 grad_dtype=float32,bfloat16 \
-    steps=3 base_emb_dim=32 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 base_mlp_dim=64 \
+    steps=3 checkpoint_period=2 base_emb_dim=32 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 base_mlp_dim=64 \
     head_dim=16 base_num_query_heads=2 base_num_kv_heads=1 per_device_batch_size=2 --out "$out"
 }
 
@@ -52,6 +52,23 @@ skipped=$(grep -c ': skipped' <<<"$second" || true)
 ((skipped == 4)) || fail "expected 4 skipped runs on re-run, got $skipped"
 ok_rows=$(awk -F, 'NR > 1 && $NF == "ok"' "$out/summary.csv" | wc -l)
 ((ok_rows == 4)) || fail "expected 4 ok rows after re-run, got $ok_rows"
+
+echo "== third sweep after an interruption (must resume the one incomplete run from its checkpoint)"
+victim=gradient_accumulation_steps-2_grad_dtype-bfloat16
+cp "$out/$victim/summary.json" "$tmp/uninterrupted.json"
+# As if killed after step 2's checkpoint: no step-3 checkpoint, no summary.json.
+rm -rf "$out/$victim/summary.json" "$out/$victim/checkpoints/step-3"
+rc=0
+third=$(sweep 2>&1) || rc=$?
+echo "$third"
+((rc == 0)) || fail "third sweep exited $rc"
+grep -q "$victim: resuming" <<<"$third" || fail "the incomplete run was not resumed"
+skipped=$(grep -c ': skipped' <<<"$third" || true)
+((skipped == 3)) || fail "expected 3 skipped runs, got $skipped"
+grep -q "resumed from .*step-2" "$out/$victim.log" || fail "the trainer's log does not show a resume from step-2"
+final() { grep -o '"final_loss": [^,}]*' "$1"; }
+[[ $(final "$tmp/uninterrupted.json") == $(final "$out/$victim/summary.json") ]] ||
+  fail "resumed final loss $(final "$out/$victim/summary.json") != uninterrupted $(final "$tmp/uninterrupted.json")"
 
 rm -rf "$tmp"
 echo "sweep_test: PASS"

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 
 #include "TinyConfig.h"
 #include "accumulate/ShadowAccumulator.h"
@@ -238,4 +239,34 @@ TEST_CASE("outside an accumulation window a folding cast and gather set p.grad l
   CHECK(acc.cast(w, at::kBFloat16).grad_fn()->name() == "FoldingCastBackward");
   CHECK(acc.gather_rows(w, index, at::kBFloat16).grad_fn()->name() == "FoldingGatherBackward");
   CHECK_THROWS_AS(acc.cast(at::ones({2}, at::requires_grad()), at::kBFloat16), std::invalid_argument);
+}
+
+TEST_CASE("after a step the next window overwrites the shadow, adds from its second fold on, and unreached parameters read zero",
+          "[accumulate]") {
+  torch::nn::Linear used(3, 2), unused(3, 2);
+  auto params = used->parameters();
+  for (const auto& p : unused->parameters()) params.push_back(p);
+  accumulate::ShadowAccumulator acc(params, at::kFloat);
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.0));  // lr 0: the step only exercises the reset
+  auto x = at::randn({4, 3});
+  acc.begin();
+  (used(x).sum() + unused(x).sum() * 3).backward();
+  acc.end();
+  acc.step(sgd);
+  // d/dW sum(x W^T + b) = ones[2,4] x; d/db = 4 per output.
+  const auto w_grad = at::ones({2, 4}).mm(x), b_grad = at::full({2}, 4.0);
+  acc.begin();
+  used(x).sum().backward();
+  acc.end();
+  CHECK(at::allclose(acc.shadows()[0], w_grad));
+  CHECK(at::equal(acc.shadows()[1], b_grad));
+  CHECK(acc.shadows()[2].abs().max().item<double>() == 0);  // held 3x its gradient before the step
+  CHECK(acc.shadows()[3].abs().max().item<double>() == 0);
+  acc.begin();
+  used(x).sum().backward();
+  acc.end();
+  CHECK(at::allclose(acc.shadows()[0], 2 * w_grad));
+  CHECK(at::equal(acc.shadows()[1], 2 * b_grad));
+  acc.zero_();
+  CHECK(acc.global_norm() == 0);
 }

@@ -17,11 +17,28 @@ namespace shadowgrad::accumulate {
 
 void ShadowState::fold(size_t i, const at::Tensor& grad) {
   Timer timer{*this};
-  shadows[i].add_(grad);  // fp32 math, rounded once into grad_dtype
+  if (stale[i]) {
+    shadows[i].copy_(grad);  // == 0 + grad rounded once into grad_dtype (up to the sign of a zero)
+    stale[i] = 0;
+  } else {
+    shadows[i].add_(grad);  // fp32 math, rounded once into grad_dtype
+  }
+}
+
+void ShadowState::settle() {
+  for (size_t i = 0; i < shadows.size(); ++i)
+    if (stale[i]) {
+      shadows[i].zero_();
+      stale[i] = 0;
+    }
 }
 
 void ShadowState::fold_rows(size_t i, const at::Tensor& index, const at::Tensor& rows) {
   Timer timer{*this};
+  if (stale[i]) {
+    shadows[i].zero_();  // only some rows are about to be written
+    stale[i] = 0;
+  }
   auto [unique, inverse] = at::_unique(index, /*sorted=*/true, /*return_inverse=*/true);
   auto sums = at::zeros({unique.size(0), rows.size(-1)}, rows.options().dtype(at::kFloat))
                   .index_add_(0, inverse, rows.reshape({-1, rows.size(-1)}).to(at::kFloat));
@@ -41,6 +58,7 @@ ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10:
     // Allocated once and reused every step.
     s.shadows.push_back(at::zeros_like(p, p.options().dtype(grad_dtype)));
   }
+  s.stale.assign(s.shadows.size(), 0);
   std::weak_ptr<ShadowState> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
     auto node = torch::autograd::impl::grad_accumulator(s.params[i]);
@@ -73,9 +91,13 @@ void ShadowAccumulator::begin() {
   state_->fold_seconds = 0;
 }
 
-void ShadowAccumulator::end() { state_->open = false; }
+void ShadowAccumulator::end() {
+  state_->open = false;
+  state_->settle();  // parameters no microbatch reached read as zero
+}
 
 double ShadowAccumulator::global_norm() const {
+  state_->settle();
   std::vector<at::Tensor> norms;
   norms.reserve(state_->shadows.size());
   // Each norm is accumulated in fp32 from the grad_dtype tensor, one parameter at a time.
@@ -86,6 +108,7 @@ double ShadowAccumulator::global_norm() const {
 
 void ShadowAccumulator::scale_(double factor) {
   // Scalar multiplication of a bf16/fp16 tensor computes in fp32 and rounds once per element.
+  state_->settle();
   for (auto& s : state_->shadows) s.mul_(factor);
 }
 
@@ -97,15 +120,14 @@ double ShadowAccumulator::clip_global_norm_(double max_norm) {
 
 void ShadowAccumulator::step(torch::optim::Optimizer& optimizer) {
   auto& s = *state_;
+  s.settle();
   for (size_t i = 0; i < s.params.size(); ++i) s.params[i].mutable_grad() = s.shadows[i];
   optimizer.step();
   for (size_t i = 0; i < s.params.size(); ++i) s.params[i].mutable_grad() = at::Tensor();
   zero_();
 }
 
-void ShadowAccumulator::zero_() {
-  for (auto& s : state_->shadows) s.zero_();
-}
+void ShadowAccumulator::zero_() { state_->mark_all_stale(); }  // lazily: see ShadowState::stale
 
 size_t ShadowAccumulator::position(const at::Tensor& param) const {
   auto it = state_->index_of.find(param.unsafeGetTensorImpl());
@@ -124,7 +146,10 @@ at::Tensor ShadowAccumulator::gather_rows(const at::Tensor& param, const at::Ten
 }
 
 const std::vector<at::Tensor>& ShadowAccumulator::params() const { return state_->params; }
-const std::vector<at::Tensor>& ShadowAccumulator::shadows() const { return state_->shadows; }
+const std::vector<at::Tensor>& ShadowAccumulator::shadows() const {
+  state_->settle();
+  return state_->shadows;
+}
 c10::ScalarType ShadowAccumulator::grad_dtype() const { return state_->grad_dtype; }
 int64_t ShadowAccumulator::folds() const { return state_->folds; }
 double ShadowAccumulator::fold_seconds() const { return state_->fold_seconds; }

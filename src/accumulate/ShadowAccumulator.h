@@ -51,7 +51,8 @@ class ShadowAccumulator {
 
   // Lends the shadow tree to `optimizer` as .grad, runs one step, then zeroes the shadow and unsets .grad.
   void step(torch::optim::Optimizer& optimizer);
-  // Zeroes the shadow tree without an update (e.g. a skipped step).
+  // Zeroes the shadow tree without an update (e.g. a skipped step). Lazily: the next fold of each parameter
+  // overwrites its shadow instead of adding to it, and any read (shadows(), the norm, a step) sees zeros.
   void zero_();
 
   // `param` in `dtype` (== param.to(dtype) / param.index_select(0, index).to(dtype)), wired so that its

@@ -24,6 +24,10 @@ struct ShadowState {
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_nodes;
   std::vector<uintptr_t> hook_keys;
   c10::ScalarType grad_dtype = c10::kFloat;
+  // stale[i]: shadows[i] holds a finished step's values and counts as zero. The next fold overwrites it
+  // (copy, not add): the zeroing pass after each optimizer step and the first fold's read of those zeros are
+  // saved. settle() zeroes the ones no fold reached, before anything reads the tree.
+  std::vector<char> stale;
   bool open = false;
   int64_t folds = 0;
   double fold_seconds = 0;
@@ -33,6 +37,8 @@ struct ShadowState {
   // shadows[i][index[r]] += rows[r] for every r: duplicates are summed in fp32 first (in index order, as a
   // dense index_add would), then each touched shadow row gets one fp32 add, rounded once.
   void fold_rows(size_t i, const at::Tensor& index, const at::Tensor& rows);
+  void mark_all_stale() { stale.assign(shadows.size(), 1); }
+  void settle();
 
  private:
   struct Timer {
