@@ -4,6 +4,8 @@
 #     2 processes K=2 and 4 processes K=1; ZeRO-1 on against off; a bf16 shadow on 2 processes reduced through
 #     many buckets against one bucket;
 #   - only rank 0 writes a run directory; the other ranks' logs carry "[rank N]";
+#   - resume: 2 processes trained 3 steps then resumed to 6 give bitwise the losses of 6 straight steps, every rank
+#     loading rank 0's checkpoint; SIGTERM to one rank stops both after the same step with a checkpoint (143);
 #   - a killed rank makes the other exit non-zero within collective_timeout_s; a hung (SIGSTOPped) rank makes the
 #     other time out, and launch.sh then stops the hung one and exits non-zero.
 # Cost: about 15 trainer processes of a 2-layer, 32-wide model (num_threads=1 each), two of them waiting out an
@@ -127,6 +129,33 @@ exits_within() {
   code=$?
   elapsed=$((SECONDS - t0))
 }
+
+echo "== resume with 2 processes: 3 steps, then the same command to 6, bitwise equal to 6 straight steps"
+dp_run() {  # dp_run NAME STEPS LOG: 2 processes, K=2, a checkpoint every 3 steps
+  "$launch" --nproc 2 "${tiny[@]}" gradient_accumulation_steps=2 checkpoint_period=3 learning_rate_schedule_steps=6 \
+    run_name="$1" steps="$2" \
+    >"$3" 2>&1 || { cat "$3" >&2; fail "2-process run $1 to step $2 exited non-zero"; }
+}
+dp_run dp_straight 6 "$tmp/dp_straight.log"
+dp_run dp_resumed 3 "$tmp/dp_resumed.1.log"
+dp_run dp_resumed 6 "$tmp/dp_resumed.2.log"
+for r in 0 1; do
+  grep -q "\[rank $r\].*resumed from .*step-3" "$tmp/dp_resumed.2.log" || fail "rank $r did not resume from step-3"
+done
+same_losses dp_resumed dp_straight
+out=$("$compare" "$runs/dp_resumed" "$runs/dp_straight" --metric loss --rtol 0 --atol 0) ||
+  { echo "$out" >&2; fail "resumed 2-process losses are not bitwise those of the uninterrupted run"; }
+
+echo "== SIGTERM to one rank: both stop after the same step, rank 0 checkpoints, both exit 143"
+start_pair dp_sigterm
+wait_for_training dp_sigterm
+kill -TERM "$pid1"
+exits_within "$pid1" 30
+((code == 143)) || fail "the signalled rank exited $code, expected 143"
+exits_within "$pid0" 30
+((code == 143)) || fail "the other rank exited $code, expected 143"
+grep -q "stopped by another process's signal" "$tmp/dp_sigterm.0.log" || fail "rank 0 does not say why it stopped"
+compgen -G "$runs/dp_sigterm/checkpoints/step-*" >/dev/null || fail "no checkpoint written on SIGTERM"
 
 echo "== a killed rank: the other exits non-zero within collective_timeout_s=8"
 start_pair killed

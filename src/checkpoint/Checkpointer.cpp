@@ -178,9 +178,11 @@ void load_into(const Verified& v, torch::nn::Module& model, torch::optim::Optimi
   }
 }
 
-fs::path run_dir_of(const config::Config& cfg) { return fs::path(cfg.base_output_directory) / cfg.run_name; }
-
 } // namespace
+
+std::string run_dir_of(const config::Config& cfg) {
+  return (fs::path(cfg.base_output_directory) / cfg.run_name).string();
+}
 
 const std::vector<std::string>& frozen_keys() {
   // Parameter shapes, the vocabulary, the master-weight dtype and the optimizer (its state layout).
@@ -193,7 +195,7 @@ const std::vector<std::string>& frozen_keys() {
 bool can_resume(const config::Config& cfg) {
   if (!cfg.resume || cfg.run_name.empty()) return false;
   std::error_code ec;
-  fs::path dir = run_dir_of(cfg) / "checkpoints";
+  fs::path dir = fs::path(run_dir_of(cfg)) / "checkpoints";
   if (!fs::is_directory(dir, ec)) return false;
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (entry.path().filename().string().rfind("step-", 0) == 0) return true;
@@ -364,6 +366,17 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
     throw CorruptCheckpointError(first_error + "; no earlier checkpoint is loadable (remove the run directory to "
                                                "start over)");
   return {};
+}
+
+TrainState Checkpointer::load(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+  const std::string dir = step_dir(step);
+  Verified v = verify(dir);
+  if (v.manifest.state.step != step)
+    throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, v.manifest.state.step));
+  check_frozen_keys(v.manifest, cfg_, dir);
+  load_into(v, model, optimizer, dir);
+  spdlog::info("resumed from {} (step {}, {} skipped)", dir, v.manifest.state.step, v.manifest.state.skipped_steps);
+  return v.manifest.state;
 }
 
 MetricsTail truncate_metrics(const std::string& path, int64_t step) {

@@ -48,6 +48,9 @@ class Checkpointer {
   // that differs throws InputError naming the key. Returns a zero state when there is none or
   // resume=false.
   TrainState restore(torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+  // Loads checkpoint step-<step> exactly, with no clean-up and no fallback: how the other processes of a
+  // multi-process run follow the checkpoint rank 0's restore() chose. Throws as restore() does.
+  TrainState load(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer);
 
   // Steps of the step-N directories, ascending (complete or not; restore() verifies).
   std::vector<int64_t> steps() const;
@@ -68,6 +71,8 @@ class Checkpointer {
 
 // True when the run directory named by the config holds at least one step-N checkpoint and resume is on.
 bool can_resume(const config::Config& cfg);
+// base_output_directory/run_name: where a run with an explicit run_name lives.
+std::string run_dir_of(const config::Config& cfg);
 
 // The config keys that must match between a checkpoint and the run loading it.
 const std::vector<std::string>& frozen_keys();

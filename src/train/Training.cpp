@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <csignal>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -73,10 +74,12 @@ RunSummary Training::run() {
   model->to(device_);
   TrainStep step(cfg_, model, *source_, device_, dp);
 
-  // Only rank 0 writes files. Checkpoints are not coordinated across processes yet (every rank would have to
-  // restore the same state), so a multi-process run neither writes nor resumes them.
-  if (dp && (cfg_.enable_checkpointing || cfg_.resume)) {
-    spdlog::warn("checkpoints are not supported with several processes yet: enable_checkpointing and resume are off");
+  // Only rank 0 writes files. Without ZeRO-1 every process holds the same weights and the full optimizer state,
+  // so rank 0's checkpoint restores them all; ZeRO-1 spreads that state over the processes, which one
+  // checkpoint of rank 0's cannot restore yet.
+  if (dp && dp->shard_optimizer() && (cfg_.enable_checkpointing || cfg_.resume)) {
+    spdlog::warn("checkpoints are not supported with shard_optimizer_over_data=true yet: enable_checkpointing and "
+                 "resume are off");
     cfg_.enable_checkpointing = false;
     cfg_.resume = false;
   }
@@ -90,16 +93,26 @@ RunSummary Training::run() {
     checkpoints.emplace(cfg_, dir->path());
     state = checkpoints->restore(*model, step.optimizer());
     earlier = checkpoint::truncate_metrics(dir->file("metrics.jsonl"), state.step);
-    if (state.step > 0 && state.step == cfg_.steps) {
-      spdlog::info("run {} is already complete at step {}; nothing to do (raise steps to train further)", dir->path(),
-                   state.step);
-      RunSummary done;
-      done.run_dir = dir->path();
-      done.steps = state.step;
-      done.first_loss = earlier.first_loss;
-      done.final_loss = earlier.last_loss;
-      return done;
-    }
+  }
+  if (dp) {
+    // The other processes continue from the step rank 0 restored, loading the same checkpoint. The all-reduce
+    // is also the barrier: rank 0 has chosen it and finished cleaning up before anyone reads.
+    const auto resumed = static_cast<int64_t>(dp->global_sum(rank == 0 ? double(state.step) : 0.0));
+    if (rank != 0 && resumed > 0)
+      state = checkpoint::Checkpointer(cfg_, checkpoint::run_dir_of(cfg_)).load(resumed, *model, step.optimizer());
+    if (resumed > 0) dp->verify_same_start(model->parameters());
+  }
+  if (state.step > 0 && state.step == cfg_.steps) {
+    spdlog::info("run {} is already complete at step {}; nothing to do (raise steps to train further)",
+                 dir ? dir->path() : checkpoint::run_dir_of(cfg_), state.step);
+    RunSummary done;
+    done.run_dir = dir ? dir->path() : "";
+    done.steps = state.step;
+    done.first_loss = earlier.first_loss;
+    done.final_loss = earlier.last_loss;
+    return done;
+  }
+  if (dir) {
     std::error_code ec;
     std::filesystem::remove(dir->file("summary.json"), ec);  // present only if a finished run is being extended
     write_file_atomically(dir->file("config.yml"), config::to_yaml(cfg_));
@@ -157,13 +170,18 @@ RunSummary Training::run() {
     guard.check(st);
     // Checkpoints fall between optimizer steps, where the shadow tree is zero: nothing is lost.
     state.step = s + 1;
-    if (checkpoints && (checkpoints->due(state.step) || (signals.requested() && cfg_.enable_checkpointing)))
+    // With several processes they all stop after the same step when any of them was signalled (the others
+    // would otherwise wait in the next all-reduce until the timeout).
+    int stop = signals.requested();
+    if (dp && dp->global_sum(stop ? 1.0 : 0.0) > 0 && !stop) stop = SIGTERM;
+    if (checkpoints && (checkpoints->due(state.step) || (stop && cfg_.enable_checkpointing)))
       checkpoints->save(state, *model, step.optimizer());
-    if (signals.requested()) {
+    if (stop) {
       progress.finish();
-      throw InterruptedError(fmt::format("stopped by {} after step {}{}", signal_name(signals.requested()), state.step,
-                                         cfg_.enable_checkpointing ? "; rerun the same command to resume" : ""),
-                             signals.requested());
+      throw InterruptedError(fmt::format("stopped by {} after step {}{}",
+                                         signals.requested() ? signal_name(stop) : "another process's signal",
+                                         state.step, cfg_.enable_checkpointing ? "; rerun the same command to resume" : ""),
+                             stop);
     }
   }
   progress.finish();
