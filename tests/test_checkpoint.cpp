@@ -381,6 +381,22 @@ TEST_CASE("bitwise resume, K=4 with a bf16 shadow: 10 steps == 5 + resume to 10,
   check_bitwise_resume("gradient_accumulation_steps=4 grad_dtype=bfloat16", false);
 }
 
+namespace {
+
+// Resumes the interrupted run base/b with `args`, trains base/a straight with the same args, and checks that b's
+// losses are a's as exact strings and that b's metrics list each of steps 1..`steps` once.
+void resume_and_compare(const std::string& base, const std::string& args, int64_t steps) {
+  auto resumed = tp::run(run_args(base, "b", args));
+  INFO(resumed.output);
+  REQUIRE(resumed.code == 0);
+  CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
+  REQUIRE(tp::run(run_args(base, "a", args)).code == 0);
+  CHECK(tp::field(base + "/a/metrics.jsonl", "loss") == tp::field(base + "/b/metrics.jsonl", "loss"));
+  CHECK(step_column(base + "/b") == one_to(steps));
+}
+
+} // namespace
+
 TEST_CASE("SIGTERM finishes the step, checkpoints, exits 143, and the same command resumes bitwise", "[resume][signals]") {
   const std::string base = tp::fresh_dir("resume_sigterm");
   const std::string dir = base + "/b";
@@ -396,13 +412,7 @@ TEST_CASE("SIGTERM finishes the step, checkpoints, exits 143, and the same comma
   REQUIRE(k >= 3);
   CHECK(step_column(dir) == one_to(k));  // metrics flushed up to the checkpoint, nothing after
 
-  const std::string steps = " steps=" + std::to_string(k + 4);
-  auto resumed = tp::run(run_args(base, "b", "checkpoint_period=100000" + steps));
-  INFO(resumed.output);
-  REQUIRE(resumed.code == 0);
-  REQUIRE(tp::run(run_args(base, "a", "checkpoint_period=100000" + steps)).code == 0);
-  CHECK(tp::field(base + "/a/metrics.jsonl", "loss") == tp::field(dir + "/metrics.jsonl", "loss"));
-  CHECK(step_column(dir) == one_to(k + 4));
+  resume_and_compare(base, "checkpoint_period=100000 steps=" + std::to_string(k + 4), k + 4);
 }
 
 TEST_CASE("a second SIGINT exits at once with 130 and the last complete checkpoint stays loadable",
@@ -418,13 +428,7 @@ TEST_CASE("a second SIGINT exits at once with 130 and the last complete checkpoi
   CHECK(code == 130);
   const int64_t k = latest_checkpoint(dir);
   REQUIRE(k >= 1);
-  const std::string steps = " steps=" + std::to_string(k + 3);
-  auto resumed = tp::run(run_args(base, "b", "checkpoint_period=1" + steps));
-  INFO(resumed.output);
-  REQUIRE(resumed.code == 0);
-  REQUIRE(tp::run(run_args(base, "a", "checkpoint_period=1" + steps)).code == 0);
-  CHECK(tp::field(base + "/a/metrics.jsonl", "loss") == tp::field(dir + "/metrics.jsonl", "loss"));
-  CHECK(step_column(dir) == one_to(k + 3));
+  resume_and_compare(base, "checkpoint_period=1 steps=" + std::to_string(k + 3), k + 3);
 }
 
 TEST_CASE("kill -9 at random points while checkpoints are written never loses the previous one", "[resume][kill]") {
@@ -441,14 +445,7 @@ TEST_CASE("kill -9 at random points while checkpoints are written never loses th
   }
   const int64_t k = latest_checkpoint(dir);
   REQUIRE(k >= 2);
-  const std::string steps = " steps=" + std::to_string(k + 2);
-  auto resumed = tp::run(run_args(base, "b", "checkpoint_period=1" + steps));
-  INFO(resumed.output);
-  REQUIRE(resumed.code == 0);
-  CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
-  REQUIRE(tp::run(run_args(base, "a", "checkpoint_period=1" + steps)).code == 0);
-  CHECK(tp::field(base + "/a/metrics.jsonl", "loss") == tp::field(dir + "/metrics.jsonl", "loss"));
-  CHECK(step_column(dir) == one_to(k + 2));
+  resume_and_compare(base, "checkpoint_period=1 steps=" + std::to_string(k + 2), k + 2);
 }
 
 TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite in a row exits 3", "[nan]") {

@@ -178,6 +178,21 @@ void load_into(const Verified& v, torch::nn::Module& model, torch::optim::Optimi
   }
 }
 
+// What restore() and load() both require of a verified step-N directory: its manifest says step N, and the
+// keys that fix the model's and optimizer's shapes match the config.
+void check_loadable(const Verified& v, int64_t step, const config::Config& cfg, const std::string& dir) {
+  if (v.manifest.state.step != step)
+    throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, v.manifest.state.step));
+  check_frozen_keys(v.manifest, cfg, dir);
+}
+
+TrainState load_and_report(const Verified& v, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                           const std::string& dir) {
+  load_into(v, model, optimizer, dir);
+  spdlog::info("resumed from {} (step {}, {} skipped)", dir, v.manifest.state.step, v.manifest.state.skipped_steps);
+  return v.manifest.state;
+}
+
 } // namespace
 
 std::string run_dir_of(const config::Config& cfg) {
@@ -350,17 +365,13 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
       spdlog::warn("{}; falling back to the previous checkpoint", e.what());
       continue;
     }
-    if (v.manifest.state.step != *it)
-      throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, v.manifest.state.step));
-    check_frozen_keys(v.manifest, cfg_, dir);
+    check_loadable(v, *it, cfg_, dir);
     if (v.manifest.state.step > cfg_.steps)
       throw InputError(fmt::format("checkpoint '{}' is at step {}, past steps={}; raise steps or pick an earlier "
                                    "load_checkpoint_step",
                                    dir, v.manifest.state.step, cfg_.steps));
     log_changed_keys(v, cfg_);
-    load_into(v, model, optimizer, dir);
-    spdlog::info("resumed from {} (step {}, {} skipped)", dir, v.manifest.state.step, v.manifest.state.skipped_steps);
-    return v.manifest.state;
+    return load_and_report(v, model, optimizer, dir);
   }
   if (!first_error.empty())
     throw CorruptCheckpointError(first_error + "; no earlier checkpoint is loadable (remove the run directory to "
@@ -371,12 +382,8 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
 TrainState Checkpointer::load(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   const std::string dir = step_dir(step);
   Verified v = verify(dir);
-  if (v.manifest.state.step != step)
-    throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, v.manifest.state.step));
-  check_frozen_keys(v.manifest, cfg_, dir);
-  load_into(v, model, optimizer, dir);
-  spdlog::info("resumed from {} (step {}, {} skipped)", dir, v.manifest.state.step, v.manifest.state.skipped_steps);
-  return v.manifest.state;
+  check_loadable(v, step, cfg_, dir);
+  return load_and_report(v, model, optimizer, dir);
 }
 
 MetricsTail truncate_metrics(const std::string& path, int64_t step) {
