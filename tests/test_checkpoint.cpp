@@ -16,6 +16,7 @@
 #include "TinyConfig.h"
 #include "TrainerProcess.h"
 #include "checkpoint/Checkpointer.h"
+#include "checkpoint/MetricsTail.h"
 #include "checkpoint/Crc32.h"
 #include "checkpoint/Manifest.h"
 #include "data/DataSource.h"

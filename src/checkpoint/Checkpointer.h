@@ -77,12 +77,4 @@ std::string run_dir_of(const config::Config& cfg);
 // The config keys that must match between a checkpoint and the run loading it.
 const std::vector<std::string>& frozen_keys();
 
-struct MetricsTail {
-  double first_loss, last_loss;  // NaN when absent
-};
-
-// Drops the lines of metrics.jsonl whose "step" is past `step` (and a torn last line), atomically, so a
-// resumed run has each step once. Returns the losses of the first and last lines kept (for summary.json).
-MetricsTail truncate_metrics(const std::string& path, int64_t step);
-
 } // namespace shadowgrad::checkpoint

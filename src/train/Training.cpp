@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/Checkpointer.h"
+#include "checkpoint/MetricsTail.h"
 #include "config/ConfigWriter.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
