@@ -13,7 +13,8 @@ prefix="$work/prefix"
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in include/shadowgrad/shadowgrad.h include/shadowgrad/accumulate/ShadowAccumulator.h \
-         lib*/cmake/shadowgrad/shadowgradConfig.cmake lib*/libshadowgrad_engine.a; do
+         lib*/cmake/shadowgrad/shadowgradConfig.cmake lib*/libshadowgrad_engine.a \
+         lib/python3/dist-packages/shadowgrad/__init__.py; do
   compgen -G "$prefix/$f" >/dev/null || { echo "FAIL: not installed: $f"; exit 1; }
 done
 if grep -rlI -e "$src" -e "$build" "$prefix/include" "$prefix"/lib*/cmake; then
