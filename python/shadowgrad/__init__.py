@@ -28,6 +28,13 @@ from . import _C
 __version__ = "0.1.0"
 __all__ = ["ShadowAccumulator"]
 
+# torch.optim optimizers whose update of a parameter reads only that parameter's gradient and state, so that one
+# step() per parameter is the same update as one step() for all (ShadowAccumulator.step). Exact types only: a
+# subclass may couple parameters. LBFGS does (one flat gradient) and is not here.
+_PER_PARAMETER_OPTIMIZERS = tuple(getattr(torch.optim, name) for name in (
+    "SGD", "Adam", "AdamW", "Adamax", "Adadelta", "Adagrad", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop")
+    if hasattr(torch.optim, name))
+
 
 class ShadowAccumulator:
     """Accumulates the gradients of ``params`` over several backward() calls in a shadow tree of ``grad_dtype``.
@@ -140,14 +147,20 @@ class ShadowAccumulator:
         return self._engine.clip_global_norm_(float(max_norm))
 
     def step(self, optimizer):
-        """Runs ``optimizer.step()`` with the shadow tree lent as the parameters' ``.grad``, then zeroes the
-        shadow tree and sets every ``.grad`` back to None. Works with any ``torch.optim`` optimizer (AdamW, SGD with
-        momentum, ...): the shadows are lent from C++, in ``grad_dtype``, with no fp32 copy.
+        """Runs ``optimizer.step()`` with the shadow tree as the parameters' ``.grad``, then zeroes the shadow tree and
+        sets every ``.grad`` back to None. Works with any ``torch.optim`` optimizer (AdamW, SGD with momentum, ...).
 
-        Optimizer state that an optimizer creates *from the gradient* (SGD's momentum buffer starts as
-        ``clone(grad)``) would otherwise stay in ``grad_dtype``; after the step such a tensor is converted to the
-        parameter's dtype, exactly (bf16 -> fp32 is lossless), so the optimizer's state keeps the parameter's
-        precision.
+        When ``grad_dtype`` differs from a parameter's dtype, two ways are used:
+
+        - torch.optim's own per-parameter optimizers (exactly SGD, Adam, AdamW, Adamax, Adadelta, Adagrad, ASGD,
+          NAdam, RAdam, RMSprop, Rprop; not subclasses, not LBFGS) are stepped one parameter at a time, each with
+          its shadow converted to the parameter's dtype: at most one converted gradient exists at a time, and the
+          optimizer's math runs in one dtype (PyTorch's mixed-dtype CPU kernels are much slower). The update is
+          the one a single ``step()`` with those gradients makes, bit for bit.
+        - any other optimizer gets the shadows themselves, lent as ``.grad`` from C++ (Python refuses a ``.grad``
+          of another dtype), in one ``step()``: no copy at all. State an optimizer creates *from the gradient*
+          (SGD's momentum buffer starts as ``clone(grad)``) would then stay in ``grad_dtype``; after the step such a
+          tensor is converted to the parameter's dtype, exactly (bf16 -> fp32 is lossless).
 
         Raises RuntimeError inside an accumulation window, or if a parameter has a ``.grad`` of its own (a
         backward() outside the window)."""
@@ -155,6 +168,9 @@ class ShadowAccumulator:
         if not callable(getattr(optimizer, "step", None)):
             raise TypeError(f"ShadowAccumulator.step(): expected a torch.optim optimizer, got "
                             f"{type(optimizer).__name__}")
+        if self._steps_per_parameter(optimizer):
+            self._step_per_parameter(optimizer)
+            return
         self._engine.lend()
         try:
             optimizer.step()
@@ -202,6 +218,34 @@ class ShadowAccumulator:
         if self._open:
             raise RuntimeError(f"ShadowAccumulator.{what}() inside an accumulation window: call end() (or leave "
                                "the `with acc.accumulate():` block) first")
+
+    def _steps_per_parameter(self, optimizer):
+        if type(optimizer) not in _PER_PARAMETER_OPTIMIZERS:
+            return False
+        params = self._engine.params
+        if all(p.dtype == self._grad_dtype for p in params):
+            return False  # the shadows are already in the parameters' dtype: lend them, one step
+        ours = {id(p) for p in params}
+        # A parameter outside the accumulator with a .grad of its own would be stepped once per call.
+        return not any(p.grad is not None and id(p) not in ours
+                       for group in optimizer.param_groups for p in group["params"])
+
+    def _step_per_parameter(self, optimizer):
+        params = self._engine.params
+        for i, p in enumerate(params):
+            if p.grad is not None:
+                raise RuntimeError(f"ShadowAccumulator.step(): parameter {i} already has .grad (a backward() "
+                                   "outside begin()/end()?); its gradient would be lost. Call backward() inside "
+                                   "the window, or zero the grads first")
+        try:
+            for p, shadow in zip(params, self._engine.shadows):
+                p.grad = shadow if shadow.dtype == p.dtype else shadow.to(p.dtype)
+                optimizer.step()
+                p.grad = None
+        finally:
+            for p in params:
+                p.grad = None
+            self._engine.zero_()
 
     def _keep_state_in_param_dtype(self, optimizer):
         state = getattr(optimizer, "state", None)

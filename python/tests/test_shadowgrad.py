@@ -189,15 +189,24 @@ class OptimizerTest(unittest.TestCase):
     def test_sgd_momentum_foreach(self):
         self.run_optimizer(lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True))
 
-    def test_sgd_momentum_bit_identical_to_bf16_grads_in_fp32(self):
-        # SGD's momentum buffer starts as clone(grad): step() must give what fp32 state fed the same bf16
-        # gradient values would give, so compare with a plain optimizer fed the shadow's values upcast.
+    def test_generic_path_adamw_and_sgd_subclasses(self):
+        # Subclasses are not known to be per-parameter: they get the bf16 shadows lent in one step().
+        class MyAdamW(torch.optim.AdamW):
+            pass
+
+        class MySGD(torch.optim.SGD):
+            pass
+
+        self.run_optimizer(lambda ps: MyAdamW(ps, lr=1e-2))
+        opt = self.run_optimizer(lambda ps: MySGD(ps, lr=0.1, momentum=0.9))
+        self.assertTrue(all(s["momentum_buffer"].dtype == torch.float32 for s in opt.state.values()))
+
+    def same_as_one_step_with_upcast_grads(self, make):
+        # step() must give bit for bit what one step() of an fp32 optimizer fed the shadow's values gives.
         ref, ga = model_pair()
-        data = batches(3)
-        opt_r = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-        opt_g = torch.optim.SGD(ga.parameters(), lr=0.1, momentum=0.9)
+        opt_r, opt_g = make(ref.parameters()), make(ga.parameters())
         acc = shadowgrad.ShadowAccumulator(ga.parameters(), grad_dtype=torch.bfloat16)
-        for mbs in data:
+        for mbs in batches(3):
             with acc.accumulate():
                 for x, y in mbs:
                     (F.cross_entropy(ga(x), y) / K).backward()
@@ -211,6 +220,29 @@ class OptimizerTest(unittest.TestCase):
             acc.step(opt_g)
             for a, b in zip(ref.parameters(), ga.parameters()):
                 self.assertTrue(torch.equal(a, b))
+
+    def test_bit_identical_to_one_step_with_upcast_grads(self):
+        class MySGD(torch.optim.SGD):
+            pass
+
+        for make in (lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),   # one step per parameter
+                     lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+                     lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=True),
+                     lambda ps: MySGD(ps, lr=0.1, momentum=0.9)):                     # bf16 lent, state upcast
+            self.same_as_one_step_with_upcast_grads(make)
+
+    def test_a_foreign_parameter_with_its_own_grad_is_stepped_once(self):
+        _, ga = model_pair()
+        extra = nn.Parameter(torch.ones(3))
+        opt = torch.optim.AdamW(list(ga.parameters()) + [extra], lr=1e-2)
+        acc = shadowgrad.ShadowAccumulator(ga.parameters(), grad_dtype=torch.bfloat16)
+        with acc.accumulate():
+            x, y = batches(1)[0][0]
+            F.cross_entropy(ga(x), y).backward()
+        extra.grad = torch.ones(3)
+        acc.step(opt)
+        self.assertEqual(float(opt.state[extra]["step"]), 1.0)
+        self.assertTrue(all(float(opt.state[p]["step"]) == 1.0 for p in ga.parameters()))
 
 
 class MisuseTest(unittest.TestCase):
@@ -308,6 +340,15 @@ class MisuseTest(unittest.TestCase):
 
 
 class ApiTest(unittest.TestCase):
+    @staticmethod
+    def one_microbatch(model):
+        """An fp32 accumulator on `model` after one backward; returns (accumulator, x, y)."""
+        acc = shadowgrad.ShadowAccumulator(model.parameters())
+        x, y = batches(1)[0][0]
+        with acc.accumulate():
+            F.cross_entropy(model(x), y).backward()
+        return acc, x, y
+
     def test_docstrings_on_every_public_name(self):
         self.assertTrue(shadowgrad.__doc__ and "accumulate" in shadowgrad.__doc__)
         cls = shadowgrad.ShadowAccumulator
@@ -319,10 +360,7 @@ class ApiTest(unittest.TestCase):
 
     def test_clip_returns_fp32_norm_like_torch(self):
         ref, model = model_pair()
-        acc = shadowgrad.ShadowAccumulator(model.parameters())
-        x, y = batches(1)[0][0]
-        with acc.accumulate():
-            F.cross_entropy(model(x), y).backward()
+        acc, x, y = self.one_microbatch(model)
         F.cross_entropy(ref(x), y).backward()
         expected = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.1).item()
         norm = acc.clip_grad_norm_(0.1)
@@ -333,11 +371,7 @@ class ApiTest(unittest.TestCase):
             torch.testing.assert_close(s, p.grad, rtol=1e-5, atol=1e-7)
 
     def test_zero_(self):
-        _, model = model_pair()
-        acc = shadowgrad.ShadowAccumulator(model.parameters())
-        x, y = batches(1)[0][0]
-        with acc.accumulate():
-            F.cross_entropy(model(x), y).backward()
+        acc, _, _ = self.one_microbatch(model_pair()[1])
         self.assertGreater(acc.global_norm(), 0)
         acc.zero_()
         self.assertEqual(acc.global_norm(), 0)
