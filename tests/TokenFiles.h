@@ -55,7 +55,7 @@ inline std::string header_file(const std::string& name, int32_t magic, int32_t v
 
 } // namespace token_files
 
-#include "tokenize/Tokenizer.h"
+#include <cstdlib>
 
 namespace token_files {
 
@@ -77,15 +77,18 @@ inline std::string tiny_corpus(int lines) {
   return text;
 }
 
-// A SentencePiece model of `pieces` pieces trained on tiny_corpus (made once per test process).
+// A SentencePiece model of `pieces` pieces trained on tiny_corpus by build/tokenize (made once per test process;
+// through the binary because SentencePiece cannot share a process with LibTorch).
 inline std::string tiny_tokenizer(int pieces = 100) {
-  const std::string prefix = temp_path("spm" + std::to_string(pieces));
-  if (!std::filesystem::exists(prefix + ".model")) {
+  const std::string dir = temp_path("spm" + std::to_string(pieces));
+  if (!std::filesystem::exists(dir + "/tokenizer.model")) {
     const std::string text = temp_path("spm_corpus.txt");
     std::ofstream(text, std::ios::binary) << tiny_corpus(400);
-    shadowgrad::tokenize::Tokenizer::train(text, prefix, pieces, "bpe", 1);
+    const std::string cmd = std::string(TOKENIZE_BIN) + " " + text + " --out-dir " + dir + " --vocab-size " +
+                            std::to_string(pieces) + " --model-type bpe >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0) return "";
   }
-  return prefix + ".model";
+  return dir + "/tokenizer.model";
 }
 
 } // namespace token_files

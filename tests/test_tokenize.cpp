@@ -11,6 +11,7 @@
 
 #include "TokenFiles.h"
 #include "data/TokenFile.h"
+#include "data/TokenizerVocab.h"
 #include "tokenize/Corpus.h"
 #include "tokenize/Tokenizer.h"
 #include "util/Errors.h"
@@ -66,19 +67,28 @@ TEST_CASE("a trained SentencePiece model encodes and decodes; EOS ends every doc
   CHECK(split.val.back() == 2);
 }
 
-TEST_CASE("check_vocabulary: a model that does not load or does not fit vocab_size", "[tokenize][errors]") {
+TEST_CASE("the trainer's protobuf piece count equals SentencePiece's; check_vocabulary errors", "[tokenize][errors]") {
+  for (int pieces : {100, 150}) {
+    const auto model = tf::tiny_tokenizer(pieces);
+    CHECK(data::sentencepiece_vocab_size(model) == tokenize::Tokenizer::load(model).vocab_size());
+    CHECK(data::sentencepiece_vocab_size(model) == pieces);
+  }
   const auto model = tf::tiny_tokenizer(100);
-  CHECK_NOTHROW(tokenize::check_vocabulary(model, 100));
-  CHECK_THROWS_WITH(tokenize::check_vocabulary(model, 99),
+  CHECK_NOTHROW(data::check_vocabulary(model, 100));
+  CHECK_THROWS_WITH(data::check_vocabulary(model, 99),
                     Catch::Contains("has a vocabulary of 100 pieces, larger than vocab_size=99"));
-  CHECK_THROWS_AS(tokenize::check_vocabulary("/nonexistent.model", 100), DataError);
+  CHECK_THROWS_AS(data::check_vocabulary("/nonexistent.model", 100), DataError);
+  const std::string junk = tf::temp_path("junk.model");
+  std::ofstream(junk) << "this is not a protobuf";
+  CHECK_THROWS_WITH(data::check_vocabulary(junk, 100), Catch::Contains("is not a readable SentencePiece model"));
+  CHECK_THROWS_WITH(tokenize::Tokenizer::load(junk), Catch::Contains("is not a readable SentencePiece model"));
 }
 
 TEST_CASE("build/tokenize: text -> tokenizer + llm.c train.bin/val.bin, reported counts match", "[tokenize][cli]") {
   const std::string dir = tf::temp_path("tokenize_out"), text = tf::temp_path("corpus.txt");
   std::filesystem::remove_all(dir);
   std::ofstream(text, std::ios::binary) << tf::tiny_corpus(700);  // 100 documents
-  const auto r = run_tokenize(text + " --out-dir " + dir + " --vocab-size 80 --val-fraction 0.1");
+  const auto r = run_tokenize(text + " --out-dir " + dir + " --vocab-size 80 --model-type bpe --val-fraction 0.1");
   INFO(r.text);
   REQUIRE(r.code == 0);
   auto train = data::TokenFile::open(dir + "/train.bin", "llmc", "train");

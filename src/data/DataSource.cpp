@@ -8,7 +8,7 @@
 #include "data/SyntheticSource.h"
 #include "data/TextSource.h"
 #include "data/TokenSource.h"
-#include "tokenize/Tokenizer.h"
+#include "data/TokenizerVocab.h"
 #include "util/Errors.h"
 
 namespace shadowgrad::data {

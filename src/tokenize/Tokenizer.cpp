@@ -55,12 +55,4 @@ std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const {
   return text;
 }
 
-void check_vocabulary(const std::string& tokenizer_path, int64_t vocab_size) {
-  const int pieces = Tokenizer::load(tokenizer_path).vocab_size();
-  if (pieces > vocab_size)
-    throw DataError(fmt::format("tokenizer_path '{}' has a vocabulary of {} pieces, larger than vocab_size={}; set "
-                                "vocab_size={} (or more)",
-                                tokenizer_path, pieces, vocab_size, pieces));
-}
-
 } // namespace shadowgrad::tokenize

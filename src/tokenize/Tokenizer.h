@@ -1,5 +1,6 @@
 #pragma once
 // A SentencePiece tokenizer (Debian's libsentencepiece 0.1.97): train one on a text file, or load a .model.
+// Only for processes without LibTorch (build/tokenize, tokenize_tests): see data/TokenizerVocab.h for why.
 //
 //   Tokenizer::train("corpus.txt", "out/tokenizer", 4096);        // writes out/tokenizer.model and .vocab
 //   Tokenizer tok = Tokenizer::load("out/tokenizer.model");        // throws DataError naming tokenizer_path
@@ -36,9 +37,5 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp);
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };
-
-// The trainer's check when tokenizer_path is set: the model loads and vocab_size >= its vocabulary. Throws
-// DataError naming the file. (Each token id < vocab_size is checked when a token file is opened.)
-void check_vocabulary(const std::string& tokenizer_path, int64_t vocab_size);
 
 } // namespace shadowgrad::tokenize
