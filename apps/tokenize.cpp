@@ -44,7 +44,7 @@ std::string write_training_text(const std::vector<std::string>& docs, double fra
 
 int run(const std::string& input, const std::string& out_dir, int vocab_size, std::string model, double fraction,
         const std::string& model_type) {
-  std::optional<tokenize::Tokenizer> given;  // a bad --model is reported before anything is written
+  std::optional<tokenize::Tokenizer> given; // a bad --model is reported before anything is written
   if (!model.empty()) given.emplace(tokenize::Tokenizer::load(model, "--model"));
   const std::string text = read_text(input);
   const auto docs = tokenize::split_documents(text);

@@ -61,9 +61,10 @@ namespace token_files {
 
 // English-like text of `lines` lines from a small word list (deterministic).
 inline std::string tiny_corpus(int lines) {
-  static const char* words[] = {"the",  "light", "and",   "darkness", "was",  "upon", "face", "of",   "deep",
-                                "god",  "said",  "let",   "there",    "be",   "day",  "night", "water", "earth",
-                                "heaven", "first", "second", "morning", "evening", "divided", "called", "good"};
+  static const char* words[] = {"the",     "light",   "and",     "darkness", "was",    "upon",  "face",
+                                "of",      "deep",    "god",     "said",     "let",    "there", "be",
+                                "day",     "night",   "water",   "earth",    "heaven", "first", "second",
+                                "morning", "evening", "divided", "called",   "good"};
   std::string text;
   uint32_t h = 7;
   for (int i = 0; i < lines; ++i) {
@@ -72,7 +73,7 @@ inline std::string tiny_corpus(int lines) {
       h = h * 1664525u + 1013904223u;
       text += std::string(words[(h >> 16) % (sizeof(words) / sizeof(*words))]) + (w + 1 < n ? " " : ".\n");
     }
-    if (i % 7 == 6) text += "\n";  // a blank line ends a document
+    if (i % 7 == 6) text += "\n"; // a blank line ends a document
   }
   return text;
 }

@@ -56,7 +56,7 @@ TEST_CASE("a trained SentencePiece model encodes and decodes; EOS ends every doc
   CHECK(ids.size() >= 3);
   CHECK(tok.decode(ids) == "let there be light.");
   const std::vector<std::string> docs = {"the light", "the deep", "god said", "let there be"};
-  const auto split = tokenize::encode_corpus(docs, tok, 0.5);  // documents 1 and 3 held out
+  const auto split = tokenize::encode_corpus(docs, tok, 0.5); // documents 1 and 3 held out
   CHECK(split.train_documents == 2);
   CHECK(split.val_documents == 2);
   auto expected = tok.encode("the light");
@@ -87,7 +87,7 @@ TEST_CASE("the trainer's protobuf piece count equals SentencePiece's; check_voca
 TEST_CASE("build/tokenize: text -> tokenizer + llm.c train.bin/val.bin, reported counts match", "[tokenize][cli]") {
   const std::string dir = tf::temp_path("tokenize_out"), text = tf::temp_path("corpus.txt");
   std::filesystem::remove_all(dir);
-  std::ofstream(text, std::ios::binary) << tf::tiny_corpus(700);  // 100 documents
+  std::ofstream(text, std::ios::binary) << tf::tiny_corpus(700); // 100 documents
   const auto r = run_tokenize(text + " --out-dir " + dir + " --vocab-size 80 --model-type bpe --val-fraction 0.1");
   INFO(r.text);
   REQUIRE(r.code == 0);
@@ -98,9 +98,10 @@ TEST_CASE("build/tokenize: text -> tokenizer + llm.c train.bin/val.bin, reported
   CHECK_THAT(r.text, Catch::Contains(fmt::format("train.bin: {} tokens from 90 documents", train.size())));
   CHECK_THAT(r.text, Catch::Contains(fmt::format("val.bin:   {} tokens from 10 documents", val.size())));
   CHECK_THAT(r.text, Catch::Contains("tokenizer_path=" + dir + "/tokenizer.model vocab_size=80"));
-  CHECK(val.token(val.size() - 1) == 2);  // EOS closes the last document
+  CHECK(val.token(val.size() - 1) == 2); // EOS closes the last document
   // The same corpus through the model just trained (--model) gives the same files.
-  const auto again = run_tokenize(text + " --out-dir " + dir + "2 --model " + dir + "/tokenizer.model --val-fraction 0.1");
+  const auto again =
+      run_tokenize(text + " --out-dir " + dir + "2 --model " + dir + "/tokenizer.model --val-fraction 0.1");
   REQUIRE(again.code == 0);
   auto train2 = data::TokenFile::open(dir + "2/train.bin", "llmc", "train");
   CHECK(train2.size() == train.size());

@@ -46,7 +46,7 @@ std::string error_of(const config::Config& c) {
 TEST_CASE("llm.c v1 (uint16) and v7 (uint32) files and raw uint16 files read back exactly", "[tokens]") {
   const auto tokens = tf::counting_tokens(1000, 64);
   auto big = tokens;
-  big[500] = 70000;  // forces uint32 (v7)
+  big[500] = 70000; // forces uint32 (v7)
   const std::string v1 = tf::llmc_file("v1.bin", tokens), v7 = tf::llmc_file("v7.bin", big),
                     raw = tf::raw_u16_file("raw.bin", tokens);
   auto f1 = data::TokenFile::open(v1, "llmc", "dataset_path");
@@ -72,8 +72,7 @@ TEST_CASE("llm.c v1 (uint16) and v7 (uint32) files and raw uint16 files read bac
 TEST_CASE("token windows are file slices with next-token targets", "[tokens]") {
   const auto tokens = tf::counting_tokens(5000, 64);
   for (const std::string format : {"llmc", "raw_uint16"}) {
-    const std::string path =
-        format == "llmc" ? tf::llmc_file("w.bin", tokens) : tf::raw_u16_file("w_raw.bin", tokens);
+    const std::string path = format == "llmc" ? tf::llmc_file("w.bin", tokens) : tf::raw_u16_file("w_raw.bin", tokens);
     auto b = data::make_source(token_config(path, format))->examples(2, 0, 6);
     CHECK(b.valid_tokens() == 6 * 16);
     CHECK(b.tokens.slice(1, 1, 16).equal(b.targets.slice(1, 0, 15)));
@@ -85,7 +84,8 @@ TEST_CASE("token windows are file slices with next-token targets", "[tokens]") {
         if (tokens[o] != uint32_t(first)) continue;
         found = true;
         for (int64_t t = 0; t < 16 && found; ++t)
-          found = b.tokens[i][t].item<int64_t>() == tokens[o + t] && b.targets[i][t].item<int64_t>() == tokens[o + t + 1];
+          found =
+              b.tokens[i][t].item<int64_t>() == tokens[o + t] && b.targets[i][t].item<int64_t>() == tokens[o + t + 1];
       }
       CHECK(found);
     }
@@ -133,8 +133,9 @@ TEST_CASE("bad token files are DataErrors naming the file and the problem", "[to
              Catch::Contains("magic 12345 is not llm.c's") && Catch::Contains("token_file_format=raw_uint16"));
   CHECK_THAT(msg(tf::header_file("version.bin", data::kLlmcMagicU16, 7, 100, 200)),
              Catch::Contains("llm.c magic 20240520 needs version 1, the header says version 7"));
-  CHECK_THAT(msg(tf::header_file("count.bin", data::kLlmcMagicU16, 1, 100, 300)),
-             Catch::Contains("the header's token count (100, so 1224 bytes in all) disagrees with the file size (1324"));
+  CHECK_THAT(
+      msg(tf::header_file("count.bin", data::kLlmcMagicU16, 1, 100, 300)),
+      Catch::Contains("the header's token count (100, so 1224 bytes in all) disagrees with the file size (1324"));
   CHECK_THAT(msg(tf::header_file("trunc.bin", data::kLlmcMagicU32, 7, 100, 399)),
              Catch::Contains("is truncated: the header says 100 tokens (1424 bytes in all), the file has 1423 bytes"));
   {
@@ -146,8 +147,7 @@ TEST_CASE("bad token files are DataErrors naming the file and the problem", "[to
              Catch::Contains("holds 16 tokens; max_target_length=16 needs at least 17 (one window)"));
   auto big = ok;
   big[42] = 64;
-  CHECK_THAT(msg(tf::llmc_file("vocab.bin", big)),
-             Catch::Contains("token id 64 at position 42 is >= vocab_size=64"));
+  CHECK_THAT(msg(tf::llmc_file("vocab.bin", big)), Catch::Contains("token id 64 at position 42 is >= vocab_size=64"));
   CHECK_THAT(msg(tf::raw_u16_file("vocab_raw.bin", big), "raw_uint16"),
              Catch::Contains("token id 64 at position 42 is >= vocab_size=64"));
   {
@@ -165,10 +165,10 @@ TEST_CASE("bad eval files: the training file itself, or shorter than one eval ba
   c.eval_interval = 5;
   c.eval_dataset_path = c.dataset_path;
   CHECK_THAT(error_of(c), Catch::Contains("is the training file (dataset_path); give a held-out file"));
-  c.eval_dataset_path = tf::llmc_file("val_short.bin", tf::counting_tokens(16 * 3 + 1, 64));  // 3 windows
+  c.eval_dataset_path = tf::llmc_file("val_short.bin", tf::counting_tokens(16 * 3 + 1, 64)); // 3 windows
   CHECK_THAT(error_of(c), Catch::Contains("is shorter than one eval batch: it holds 3 windows") &&
                               Catch::Contains("one batch is 4"));
-  c.eval_dataset_path = tf::llmc_file("val_ok.bin", tf::counting_tokens(16 * 10 + 1, 64));  // 10 windows
+  c.eval_dataset_path = tf::llmc_file("val_ok.bin", tf::counting_tokens(16 * 10 + 1, 64)); // 10 windows
   c.eval_steps = 3;
   CHECK_THAT(error_of(c), Catch::Contains("holds 10 windows") && Catch::Contains("eval_steps=3 batches of 4 need 12"));
   c.eval_steps = -1;
@@ -202,7 +202,7 @@ TEST_CASE("eval_loss: the same batches every time, no grad, no parameter change;
   train::Evaluator eval(c, 1);
   const double a = eval.run(m, c10::Device(c10::kCPU), nullptr), b = eval.run(m, c10::Device(c10::kCPU), nullptr);
   CHECK(a == b);  // bitwise: same examples, same model
-  CHECK(a > 3.0);  // untrained on vocab 64: about ln 64 = 4.16
+  CHECK(a > 3.0); // untrained on vocab 64: about ln 64 = 4.16
   CHECK(a < 5.5);
   for (size_t i = 0; i < before.size(); ++i) {
     CHECK(m->parameters()[i].equal(before[i]));
@@ -211,7 +211,7 @@ TEST_CASE("eval_loss: the same batches every time, no grad, no parameter change;
   // 4 batches of 2 and 2 batches of 4 (and 1 of 8) are the same 8 examples: the same loss (fp32 compute).
   CHECK(eval_loss(c, 2, 4) == Approx(a).epsilon(1e-6));
   CHECK(eval_loss(c, 1, 8) == Approx(a).epsilon(1e-6));
-  CHECK(std::abs(eval_loss(c, 1, 2) - a) > 1e-6);  // a different set gives a different loss: the check can fail
+  CHECK(std::abs(eval_loss(c, 1, 2) - a) > 1e-6); // a different set gives a different loss: the check can fail
   // Two processes of 1 sequence each take the slices [2b, 2b+1) and [2b+1, 2b+2): together the same batches.
   CHECK(train::Evaluator(c, 2).batches() == 4);
 }
@@ -240,7 +240,9 @@ std::string tiny_with_batch(int64_t per_device) {
   return tiny;
 }
 
-double number(const std::string& text) { return std::stod(text); }
+double number(const std::string& text) {
+  return std::stod(text);
+}
 
 } // namespace
 
@@ -252,7 +254,9 @@ TEST_CASE("trainer on token files: eval_loss on eval steps and in summary.json, 
   const std::string base = tp::fresh_dir("tok_cli");
   const std::string common = "base.yml dataset_type=tokens dataset_path=" + train + " eval_dataset_path=" + val +
                              " eval_interval=2 eval_steps=2 eval_per_device_batch_size=4 dtype=float32"
-                             " base_output_directory=" + base;
+                             " learning_rate_schedule_steps=5"
+                             " base_output_directory=" +
+                             base;
   auto run = [&](const std::string& name, int64_t per_device, int64_t k, int64_t steps) {
     auto r = tp::run(common + tiny_with_batch(per_device) + " gradient_accumulation_steps=" + std::to_string(k) +
                      " steps=" + std::to_string(steps) + " run_name=" + name);
@@ -266,12 +270,15 @@ TEST_CASE("trainer on token files: eval_loss on eval steps and in summary.json, 
   CHECK(k1[2] == "<missing>");
   for (size_t i : {1, 3, 4}) {
     CHECK(number(k1[i]) > 0.5);
-    CHECK(number(k2[i]) == Approx(number(k1[i])).epsilon(1e-5));  // the same eval set whatever K is
+    CHECK(number(k2[i]) == Approx(number(k1[i])).epsilon(1e-5)); // the same eval set whatever K is
   }
-  CHECK(number(k1[4]) < number(k1[1]));  // training on the same kind of stream lowers held-out loss
+  CHECK(number(k1[4]) < number(k1[1])); // training on the same kind of stream lowers held-out loss
   CHECK_THAT(tp::read_text(base + "/k1/summary.json"), Catch::Contains("\"eval_loss\": " + k1[4]));
-  // 3 steps, then the same run extended to 5: bitwise the eval_loss of 5 straight steps.
+  // 3 steps, then the same run extended to 5 (same LR schedule): bitwise the eval_loss of 5 straight steps. The
+  // 3-step run also evaluated after its last step, 3; that line is kept.
   run("resumed", 2, 2, 3);
-  const auto resumed = run("resumed", 2, 2, 5);
+  auto resumed = run("resumed", 2, 2, 5);
+  CHECK(resumed[2] != "<missing>");
+  resumed[2] = "<missing>";
   CHECK(resumed == k2);
 }

@@ -22,33 +22,33 @@ constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 class TokenFile {
 public:
   // `key` names the config key in messages ("dataset_path", "eval_dataset_path").
-  static TokenFile open(const std::string &path, const std::string &format, const std::string &key);
-  TokenFile(TokenFile &&other) noexcept;
-  TokenFile &operator=(TokenFile &&) = delete;
-  TokenFile(const TokenFile &) = delete;
+  static TokenFile open(const std::string& path, const std::string& format, const std::string& key);
+  TokenFile(TokenFile&& other) noexcept;
+  TokenFile& operator=(TokenFile&&) = delete;
+  TokenFile(const TokenFile&) = delete;
   ~TokenFile();
 
   int64_t size() const { return count_; }
   int bytes_per_token() const { return width_; }
   uint32_t token(int64_t i) const;
-  void copy(int64_t offset, int64_t n, int64_t *out) const;
+  void copy(int64_t offset, int64_t n, int64_t* out) const;
   // The largest token id, and the position of the first token equal to it.
-  uint32_t max_token(int64_t *position = nullptr) const;
+  uint32_t max_token(int64_t* position = nullptr) const;
   // "dataset_path 'FILE'", the prefix of every message about this file.
-  const std::string &label() const { return label_; }
+  const std::string& label() const { return label_; }
 
 private:
-  TokenFile(std::string label, void *map, size_t map_bytes, size_t offset, int64_t count, int width);
+  TokenFile(std::string label, void* map, size_t map_bytes, size_t offset, int64_t count, int width);
   std::string label_;
-  void *map_ = nullptr;
+  void* map_ = nullptr;
   size_t map_bytes_ = 0;
-  const unsigned char *tokens_ = nullptr;
+  const unsigned char* tokens_ = nullptr;
   int64_t count_ = 0;
   int width_ = 2;
 };
 
 // Writes tokens in llm.c's format: uint16 (20240520, v1) when every id fits, else uint32 (20240801, v7).
 // Written to PATH.tmp and renamed, so a crash never leaves a half file. Throws std::runtime_error on I/O errors.
-void write_llmc_tokens(const std::string &path, const uint32_t *tokens, size_t count);
+void write_llmc_tokens(const std::string& path, const uint32_t* tokens, size_t count);
 
 } // namespace shadowgrad::data

@@ -24,13 +24,13 @@ Batch TokenSource::examples(int64_t step, int64_t first, int64_t count) const {
   const auto windows = static_cast<uint64_t>(file_.size() - max_length_);
   return read_windows(
       count, max_length_, [&](int64_t i) { return int64_t(example_hash(seed_, step, first + i) % windows); },
-      [&](int64_t at, int64_t n, int64_t *out) { file_.copy(at, n, out); });
+      [&](int64_t at, int64_t n, int64_t* out) { file_.copy(at, n, out); });
 }
 
 Batch TokenSource::eval_examples(int64_t first, int64_t count) const {
   return read_windows(
       count, max_length_, [&](int64_t i) { return (first + i) * max_length_; },
-      [&](int64_t at, int64_t n, int64_t *out) { file_.copy(at, n, out); });
+      [&](int64_t at, int64_t n, int64_t* out) { file_.copy(at, n, out); });
 }
 
 int64_t TokenSource::eval_capacity() const {

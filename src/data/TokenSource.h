@@ -18,7 +18,7 @@ public:
   Batch examples(int64_t step, int64_t first, int64_t count) const override;
   Batch eval_examples(int64_t first, int64_t count) const override;
   int64_t eval_capacity() const override;
-  const TokenFile &file() const { return file_; }
+  const TokenFile& file() const { return file_; }
 
 private:
   TokenFile file_;

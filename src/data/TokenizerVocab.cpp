@@ -35,8 +35,8 @@ int64_t sentencepiece_vocab_size(const std::string& path, const std::string& key
   if (!in) throw DataError(fmt::format("{} '{}' cannot be read", key, path));
   const std::string bytes = ss.str();
   auto malformed = [&](size_t at) {
-    return DataError(fmt::format("{} '{}' is not a readable SentencePiece model (malformed protobuf at byte {})", key,
-                                 path, at));
+    return DataError(
+        fmt::format("{} '{}' is not a readable SentencePiece model (malformed protobuf at byte {})", key, path, at));
   };
   int64_t pieces = 0;
   for (size_t at = 0; at < bytes.size();) {
@@ -44,20 +44,21 @@ int64_t sentencepiece_vocab_size(const std::string& path, const std::string& key
     uint64_t tag = 0, value = 0;
     if (!read_varint(bytes, at, tag) || (tag >> 3) == 0) throw malformed(start);
     switch (tag & 7) {
-    case 0: if (!read_varint(bytes, at, value)) throw malformed(start); break;
+    case 0:
+      if (!read_varint(bytes, at, value)) throw malformed(start);
+      break;
     case 1: at += 8; break;
     case 5: at += 4; break;
     case 2:
       if (!read_varint(bytes, at, value) || value > bytes.size() - at) throw malformed(start);
       at += value;
-      if ((tag >> 3) == 1) ++pieces;  // ModelProto.pieces
+      if ((tag >> 3) == 1) ++pieces; // ModelProto.pieces
       break;
-    default: throw malformed(start);  // groups (3, 4) and 6, 7 never occur in a ModelProto
+    default: throw malformed(start); // groups (3, 4) and 6, 7 never occur in a ModelProto
     }
     if (at > bytes.size()) throw malformed(start);
   }
-  if (pieces == 0)
-    throw DataError(fmt::format("{} '{}' is not a readable SentencePiece model (no pieces)", key, path));
+  if (pieces == 0) throw DataError(fmt::format("{} '{}' is not a readable SentencePiece model (no pieces)", key, path));
   return pieces;
 }
 

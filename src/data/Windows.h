@@ -19,8 +19,8 @@ Batch read_windows(int64_t count, int64_t max_length, OffsetOf offset_of, Copy c
   std::vector<int64_t> window(size_t(max_length) + 1);
   for (int64_t i = 0; i < count; ++i) {
     copy(offset_of(i), max_length + 1, window.data());
-    int64_t *tok = tokens.data_ptr<int64_t>() + i * max_length;
-    int64_t *tgt = targets.data_ptr<int64_t>() + i * max_length;
+    int64_t* tok = tokens.data_ptr<int64_t>() + i * max_length;
+    int64_t* tgt = targets.data_ptr<int64_t>() + i * max_length;
     std::copy(window.begin(), window.end() - 1, tok);
     std::copy(window.begin() + 1, window.end(), tgt);
   }

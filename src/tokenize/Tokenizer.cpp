@@ -38,8 +38,12 @@ void Tokenizer::train(const std::string& input, const std::string& prefix, int v
   if (!status.ok()) throw std::runtime_error(fmt::format("SentencePiece training failed: {}", status.ToString()));
 }
 
-int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-int Tokenizer::eos_id() const { return sp_->eos_id(); }
+int Tokenizer::vocab_size() const {
+  return sp_->GetPieceSize();
+}
+int Tokenizer::eos_id() const {
+  return sp_->eos_id();
+}
 
 std::vector<uint32_t> Tokenizer::encode(const std::string& text) const {
   std::vector<int> ids;

@@ -18,7 +18,7 @@ class SentencePieceProcessor;
 namespace shadowgrad::tokenize {
 
 class Tokenizer {
- public:
+public:
   // `key` names the setting in messages ("tokenizer_path", "--model").
   static Tokenizer load(const std::string& path, const std::string& key = "tokenizer_path");
   // Trains a model on `input` (one sentence per line) into PREFIX.model and PREFIX.vocab. Throws
@@ -29,11 +29,11 @@ class Tokenizer {
   ~Tokenizer();
 
   int vocab_size() const;
-  int eos_id() const;  // -1 when the model has none
+  int eos_id() const; // -1 when the model has none
   std::vector<uint32_t> encode(const std::string& text) const;
   std::string decode(const std::vector<uint32_t>& ids) const;
 
- private:
+private:
   explicit Tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp);
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };

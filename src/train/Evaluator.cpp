@@ -13,12 +13,11 @@
 
 namespace shadowgrad::train {
 
-Evaluator::Evaluator(const config::Config &c, int world_size)
+Evaluator::Evaluator(const config::Config& c, int world_size)
     : source_(data::make_eval_source(c)), interval_(c.eval_interval), last_step_(c.steps),
       batch_(c.eval_per_device_batch_size > 0 ? c.eval_per_device_batch_size : c.per_device_batch_size),
       world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens) {
-  if (!source_)
-    return;
+  if (!source_) return;
   const int64_t global = batch_ * world_, capacity = source_->eval_capacity();
   batches_ = c.eval_steps > 0 ? c.eval_steps : capacity / global;
   if (capacity >= 0 && capacity < global)
@@ -43,7 +42,7 @@ bool Evaluator::due(int64_t completed_steps) const {
   return source_ && (completed_steps % interval_ == 0 || completed_steps == last_step_);
 }
 
-double Evaluator::run(model::Decoder &model, c10::Device device, distributed::DataParallel *dp) const {
+double Evaluator::run(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const {
   at::NoGradGuard no_grad; // no graph, no gradient, no fold: the shadow tree and optimizer never see this
   const int rank = dp ? dp->rank() : 0;
   double loss_sum = 0, tokens = 0;

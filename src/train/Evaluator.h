@@ -30,13 +30,13 @@ namespace shadowgrad::train {
 
 class Evaluator {
 public:
-  Evaluator(const config::Config &cfg, int world_size);
+  Evaluator(const config::Config& cfg, int world_size);
   ~Evaluator();
 
   bool enabled() const { return source_ != nullptr; }
   // After `completed_steps` optimizer steps: every eval_interval steps, and after the last step.
   bool due(int64_t completed_steps) const;
-  double run(model::Decoder &model, c10::Device device, distributed::DataParallel *dp) const;
+  double run(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const;
   int64_t batches() const { return batches_; }
   int64_t batch_per_process() const { return batch_; }
 
