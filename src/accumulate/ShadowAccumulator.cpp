@@ -11,6 +11,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "accumulate/FoldingCast.h"
+#include "accumulate/MixedAdd.h"
 #include "accumulate/ShadowState.h"
 
 namespace shadowgrad::accumulate {
@@ -21,7 +22,7 @@ void ShadowState::fold(size_t i, const at::Tensor& grad) {
     shadows[i].copy_(grad);  // == 0 + grad rounded once into grad_dtype (up to the sign of a zero)
     stale[i] = 0;
   } else {
-    shadows[i].add_(grad);  // fp32 math, rounded once into grad_dtype
+    mixed_add_(shadows[i], grad);  // fp32 math, rounded once into grad_dtype
   }
 }
 
