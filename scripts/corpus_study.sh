@@ -4,8 +4,8 @@
 # all with the same data, seed and eval set, and tabulates final loss and final eval_loss. More arms (e.g. a
 # stochastic-rounding one) are added with --arm; the runs already finished are skipped, so adding an arm costs one
 # run.
-# Cost: one full trainer run per arm, one after another (nice -n 5); the defaults (300 steps of 32 x 128 tokens,
-# 12 evaluations of 16384 tokens) took about N minutes per arm on the 2-core machine; see docs/data.md.
+# Cost: one full trainer run per arm (nice -n 5), one after another or all at once (--parallel): 200 steps of
+# 32 x 128 tokens and 10 evaluations of 16384 tokens each; the measured time is in docs/data.md.
 #
 # Usage: scripts/corpus_study.sh [--data DIR] [--out DIR] [--arm "NAME key=value ..."]... [--no-default-arms]
 #                                [key=value ...]
@@ -13,6 +13,7 @@
 #   --out DIR          where each arm's run directory goes (default runs/corpus_study)
 #   --arm "NAME k=v"   one more arm: its run name and its overrides, in one quoted argument
 #   --no-default-arms  run only the --arm arms
+#   --parallel         train the arms at the same time (add num_threads=1 on a small machine)
 #   key=value          overrides for every arm (after the study's own settings), e.g. steps=100
 # Writes DIR/results.md (one row per arm) and DIR/loss.png (training and eval loss of every arm).
 # Exit: 0 every arm ok; 1 an arm failed; 2 bad usage.
@@ -23,7 +24,7 @@ die() {
   echo "corpus_study.sh: $*" >&2
   exit 2
 }
-data=data/kjv out=runs/corpus_study arms=() common=() defaults=1
+data=data/kjv out=runs/corpus_study arms=() common=() defaults=1 parallel=0
 while (($#)); do
   case $1 in
   -h | --help) sed -n '/^# Usage:/,/^# Exit:/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" && exit 0 ;;
@@ -33,6 +34,7 @@ while (($#)); do
     shift
     ;;
   --no-default-arms) defaults=0 ;;
+  --parallel) parallel=1 ;;
   *=*) common+=("$1") ;;
   *) die "unknown argument $1 (see --help)" ;;
   esac
@@ -52,8 +54,8 @@ trainer=${TRAINER:-$repo/build/trainer}
 # first 16 x 8 windows of val.bin (the same for every arm).
 study=(dataset_type=tokens "dataset_path=$data/train.bin" "eval_dataset_path=$data/val.bin"
        "tokenizer_path=$data/tokenizer.model" "vocab_size=$vocab" gradient_accumulation_steps=32
-       per_device_batch_size=1 steps=300 eval_interval=25 eval_steps=8 eval_per_device_batch_size=16
-       checkpoint_period=50 log_period=50)
+       per_device_batch_size=1 steps=200 eval_interval=20 eval_steps=8 eval_per_device_batch_size=16
+       checkpoint_period=50 log_period=20)
 
 mkdir -p "$out"
 failed=0
@@ -66,12 +68,19 @@ for arm in "${arms[@]}"; do
   fi
   echo "[$name] training: ${overrides[*]} ${common[*]}"
   # Rerunning resumes an interrupted arm from its checkpoint (run_name is fixed).
-  if ! nice -n 5 "$trainer" base.yml "${study[@]}" "${overrides[@]}" "${common[@]}" "base_output_directory=$out" \
-    "run_name=$name" >"$out/$name.log" 2>&1; then
-    echo "[$name] FAILED; see $out/$name.log" >&2
-    failed=1
+  train() {
+    nice -n 5 "$trainer" base.yml "${study[@]}" "$@" "${common[@]}" "base_output_directory=$out" "run_name=$name" \
+      >"$out/$name.log" 2>&1 || { echo "[$name] FAILED; see $out/$name.log" >&2 && return 1; }
+  }
+  if ((parallel)); then
+    train "${overrides[@]}" &
+  else
+    train "${overrides[@]}" || failed=1
   fi
 done
+if ((parallel)); then
+  for job in $(jobs -p); do wait "$job" || failed=1; done
+fi
 
 # One row per arm: the final training loss, the final eval_loss and the best eval_loss seen.
 {
