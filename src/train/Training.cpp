@@ -19,6 +19,7 @@
 #include "memory/MemoryMeter.h"
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
+#include "train/Evaluator.h"
 #include "train/LossPlot.h"
 #include "train/MemoryProbe.h"
 #include "train/MetricsWriter.h"
@@ -35,7 +36,10 @@
 namespace shadowgrad::train {
 
 Training::Training(config::Config cfg)
-    : cfg_(std::move(cfg)), device_(resolve_device(cfg_.hardware)), source_(data::make_source(cfg_)) {
+    : cfg_(std::move(cfg)),
+      device_(resolve_device(cfg_.hardware)),
+      source_(data::make_source(cfg_)),
+      evaluator_(std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
   // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
   if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
 }
@@ -115,7 +119,8 @@ void write_end_of_run_files(const RunDirectory& dir, const RunSummary& summary, 
                                  {"first_loss", summary.first_loss},
                                  {"avg_tokens_per_s", summary.avg_tokens_per_s},
                                  {"train_seconds", summary.seconds},
-                                 {"peak_mem_bytes", double(summary.peak_mem_bytes)}}) + "\n");
+                                 {"peak_mem_bytes", double(summary.peak_mem_bytes)},
+                                 {"eval_loss", summary.eval_loss}}) + "\n");  // null when no evaluation ran
   plot_loss_if_possible(dir.path());
 }
 
@@ -202,8 +207,14 @@ RunSummary Training::run() {
     if (s == 0) summary.first_loss = st.loss;
     summary.final_loss = st.loss;
     if (s == 0 && dp) log_optimizer_state(step, *dp);
+    const bool evaluated = evaluator_->due(s + 1);
+    const auto eval_start = std::chrono::steady_clock::now();
+    if (evaluated) summary.eval_loss = evaluator_->run(model, device_, dp.get());
+    const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
     if (metrics) {
-      metrics->write(step_metrics(st, peak, state.skipped_steps));
+      JsonNumbers fields = step_metrics(st, peak, state.skipped_steps);
+      if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary.eval_loss}, {"eval_s", eval_s}});
+      metrics->write(fields);
       const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
       progress.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak});
     }
