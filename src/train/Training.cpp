@@ -20,10 +20,12 @@
 #include "model/Decoder.h"
 #include "train/LossPlot.h"
 #include "train/MemoryProbe.h"
+#include "train/CheckpointTopology.h"
 #include "train/MetricsWriter.h"
 #include "train/NonFiniteGuard.h"
 #include "train/Progress.h"
 #include "train/RunDirectory.h"
+#include "train/RunLock.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
 #include "train/StepProfiler.h"
@@ -75,32 +77,31 @@ RunSummary Training::run() {
   model->to(device_);
   TrainStep step(cfg_, model, *source_, device_, dp);
 
-  // Only rank 0 writes files. Without ZeRO-1 every process holds the same weights and the full optimizer state,
-  // so rank 0's checkpoint restores them all; ZeRO-1 spreads that state over the processes, which one
-  // checkpoint of rank 0's cannot restore yet.
-  if (dp && dp->shard_optimizer() && (cfg_.enable_checkpointing || cfg_.resume)) {
-    spdlog::warn("checkpoints are not supported with shard_optimizer_over_data=true yet: enable_checkpointing and "
-                 "resume are off");
-    cfg_.enable_checkpointing = false;
-    cfg_.resume = false;
-  }
+  // Rank 0 holds the run directory's lock and writes its files; with ZeRO-1 every rank also writes its optimizer
+  // shard into rank 0's checkpoints (checkpoint/OptimizerShards.h).
+  const checkpoint::Topology topology = checkpoint_topology(cfg_, step);
+  std::optional<RunLock> lock;
   std::optional<RunDirectory> dir;
   std::optional<checkpoint::Checkpointer> checkpoints;
   std::optional<MetricsWriter> metrics;
   checkpoint::TrainState state;
   checkpoint::MetricsTail earlier{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
   if (rank == 0) {
+    if (!cfg_.run_name.empty()) lock = RunLock::acquire_if_present(checkpoint::run_dir_of(cfg_));
     dir.emplace(RunDirectory::create(cfg_, checkpoint::can_resume(cfg_)));
-    checkpoints.emplace(cfg_, dir->path());
+    if (!lock) lock.emplace(RunLock::acquire(dir->path()));
+    checkpoints.emplace(cfg_, dir->path(), topology);
     state = checkpoints->restore(*model, step.optimizer());
     earlier = checkpoint::truncate_metrics(dir->file("metrics.jsonl"), state.step);
   }
   if (dp) {
-    // The other processes continue from the step rank 0 restored, loading the same checkpoint. The all-reduce
-    // is also the barrier: rank 0 has chosen it and finished cleaning up before anyone reads.
+    // The other processes continue from the step rank 0 restored, loading the same checkpoint (resharded if it
+    // was written by another process count). The collectives are also the barrier: rank 0 has chosen it and
+    // finished cleaning up before anyone reads.
+    const std::string run_dir = shared_run_dir(topology, dir ? dir->path() : "");
     const auto resumed = static_cast<int64_t>(dp->global_sum(rank == 0 ? double(state.step) : 0.0));
-    if (rank != 0 && resumed > 0)
-      state = checkpoint::Checkpointer(cfg_, checkpoint::run_dir_of(cfg_)).load(resumed, *model, step.optimizer());
+    if (rank != 0) checkpoints.emplace(cfg_, run_dir, topology);
+    if (rank != 0 && resumed > 0) state = checkpoints->load(resumed, *model, step.optimizer());
     if (resumed > 0) dp->verify_same_start(model->parameters());
   }
   if (state.step > 0 && state.step == cfg_.steps) {
