@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Intent: runs that survive real clusters, end to end with the real trainer and scripts/launch.sh on loopback:
 #   - ZeRO-1 checkpoints: 2 processes trained 3 steps then resumed to 6 give bitwise the losses of 6 straight steps;
-#     every rank writes its optimizer shard into the same step-N, listed in the manifest;
+#     every rank writes its optimizer shard into the same step-N, listed in the manifest; SIGTERM to one rank stops
+#     both after the same step with such a checkpoint;
 #   - resume at another process count with the same global batch (8 = per_device_batch_size 2 x K x WORLD_SIZE):
 #     2x2 -> 1x4, 1x4 -> 2x2, 4x1 -> 2x2, ZeRO-1 2x2 -> 1x4 and -> ZeRO-1 4x1, whole 1x4 -> ZeRO-1 2x2; each within
 #     1e-5 relative of continuing unchanged, every step (the max rel diff is printed; bitwise is reported, not
@@ -93,6 +94,26 @@ for r in 0 1; do grep -q "\[rank $r\].*resumed from .*step-3" "$log" || fail "ra
 parity zero zero_straight "ZeRO-1 2x2 -> ZeRO-1 2x2 (same command)"
 "$compare" "$runs/zero" "$runs/zero_straight" --metric loss --rtol 0 --atol 0 >/dev/null ||
   fail "ZeRO-1 resumed losses are not bitwise those of the uninterrupted run"
+
+echo "== ZeRO-1: SIGTERM to one rank stops both after the same step, with a checkpoint holding both shards"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" "${zero[@]}" run_name=zero_term \
+    steps=1000000 collective_timeout_s=20 >"$tmp/zero_term.$r.log" 2>&1 &
+  started+=($!)
+  eval "pid$r=$!"
+done
+for _ in $(seq 600); do [[ -s $runs/zero_term/metrics.jsonl ]] && break; sleep 0.1; done
+kill -TERM "$pid1"
+wait "$pid1"; code1=$?
+wait "$pid0"; code0=$?
+((code0 == 143 && code1 == 143)) || fail "ZeRO-1 ranks exited $code0 and $code1 after SIGTERM, expected 143 and 143"
+stopped=$(sed -n 's/.*stopped by .* after step \([0-9]*\).*/\1/p' "$tmp/zero_term.0.log")
+[[ -n $stopped ]] || fail "rank 0 does not say after which step it stopped"
+ls "$runs/zero_term/checkpoints/step-$stopped"
+for f in manifest.yml optimizer-shard-0000{0,1}-of-00002.pt; do
+  [[ -f $runs/zero_term/checkpoints/step-$stopped/$f ]] || fail "the checkpoint of step $stopped has no $f"
+done
 
 echo "== resume at another process count, same global batch of 8"
 train_ok p2_straight 2 6 gradient_accumulation_steps=2
