@@ -72,11 +72,13 @@ for ((left = nproc; left > 0; left--)); do
     # Rank 0 checks the run directory and the checkpoint; when it refuses them (exit 2) the others fail only because
     # it left, and may be reaped first. Report rank 0's code then.
     if [[ $rank != 0 ]]; then
-      for ((i = 0; i < 30; i++)); do
-        [[ $(cut -d' ' -f3 "/proc/${pids[0]}/stat" 2>/dev/null) == [ZX] ]] && break
+      # Exited: a zombie, or already reaped by bash (which keeps the status for `wait`).
+      rank0_exited() { [[ ! -e /proc/${pids[0]} || $(cut -d' ' -f3 "/proc/${pids[0]}/stat" 2>/dev/null) == [ZX] ]]; }
+      for ((i = 0; i < 100; i++)); do  # up to 10 s: tearing down the process group can take a while
+        rank0_exited && break
         sleep 0.1
       done
-      if [[ $(cut -d' ' -f3 "/proc/${pids[0]}/stat" 2>/dev/null) == [ZX] ]]; then
+      if rank0_exited; then
         wait "${pids[0]}"
         code=$?
         ((code != 2)) || { echo "launch.sh: rank 0 exited with code 2 (bad input)" >&2 && rc=2; }

@@ -154,6 +154,9 @@ grep 'error:' "$log"
 grep -q 'error: .*global batch of 8 (per_device_batch_size=2 x gradient_accumulation_steps=2 x WORLD_SIZE=2).*this run.s is 4 (per_device_batch_size=2 x gradient_accumulation_steps=2 x WORLD_SIZE=1)' "$log" ||
   fail "the mismatch message does not name the three keys and both global batches"
 [[ $(grep -c '"step"' "$runs/p2_batch/metrics.jsonl") == 3 ]] || fail "the refused resume changed metrics.jsonl"
+from_step3 p1 p1_batch  # and with 2 processes through launch.sh: rank 0's exit 2, whichever rank is reaped first
+train p1_batch 2 6 gradient_accumulation_steps=1
+((rc == 2)) || { cat "$log" >&2; fail "global-batch mismatch with 2 processes: launch.sh exited $rc, expected 2"; }
 
 echo "== a truncated ZeRO-1 shard: fall back to the previous checkpoint, or exit 2 naming the file"
 cp -r "$runs/zero" "$runs/zero_trunc"  # holds step-3 and step-6
