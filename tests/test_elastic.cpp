@@ -177,3 +177,21 @@ TEST_CASE("RunLock: one holder at a time, released with the holder; acquire_if_p
   CHECK(train::RunLock::acquire_if_present(dir).has_value());  // released when the holder went away
   fs::remove_all(dir);
 }
+
+TEST_CASE("a ZeRO-1 process keeps only the shard files that overlap its slice", "[elastic][unit]") {
+  checkpoint::Topology t;
+  t.params = {at::zeros({4}), at::zeros({6})};  // 10 elements: 2 shards of 5, or 4 slices of 3 (the last of 1)
+  checkpoint::Manifest m;
+  m.optimizer_shards = 2;
+  const std::string first = checkpoint::shard_file_name(0, 2), second = checkpoint::shard_file_name(1, 2);
+  CHECK(checkpoint::needed_by(t, m, first));  // not sharded: the whole state needs every shard
+  t.sharded = true;
+  t.shard_begin = 6;  // slice [6, 9)
+  t.shard_owned = 3;
+  CHECK_FALSE(checkpoint::needed_by(t, m, first));
+  CHECK(checkpoint::needed_by(t, m, second));
+  CHECK(checkpoint::needed_by(t, m, "model.pt"));
+  t.shard_begin = 3;  // slice [3, 6) spans both shards
+  CHECK(checkpoint::needed_by(t, m, first));
+  CHECK(checkpoint::needed_by(t, m, second));
+}

@@ -63,7 +63,8 @@ struct Verified {
   std::map<std::string, std::string> files;  // name -> bytes
 };
 
-Verified verify(const std::string& dir) {
+// `topology` decides which optimizer shards this process keeps in memory; every file is checked either way.
+Verified verify(const std::string& dir, const Topology& topology) {
   const std::string manifest_path = dir + "/manifest.yml";
   if (!fs::exists(manifest_path))
     throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is missing", manifest_path));
@@ -82,12 +83,12 @@ Verified verify(const std::string& dir) {
       throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: crc32 {} does not match the "
                                                "manifest's {}",
                                                path, crc, f.crc32));
-    v.files[f.name] = std::move(bytes);
+    if (needed_by(topology, v.manifest, f.name)) v.files[f.name] = std::move(bytes);
   }
   std::vector<std::string> required = optimizer_files(v.manifest);
   required.insert(required.end(), {"model.pt", "rng.pt"});
   for (const auto& name : required)
-    if (!v.files.count(name))
+    if (std::none_of(v.manifest.files.begin(), v.manifest.files.end(), [&](const auto& f) { return f.name == name; }))
       throw CorruptCheckpointError(fmt::format("checkpoint '{}' lists no {} in its manifest", dir, name));
   return v;
 }
@@ -356,7 +357,7 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
     const std::string dir = step_dir(*it);
     Verified v;
     try {
-      v = verify(dir);
+      v = verify(dir, topology_);
     } catch (const CorruptCheckpointError& e) {
       if (cfg_.load_checkpoint_step > 0) throw;
       if (first_error.empty()) first_error = e.what();
@@ -379,7 +380,7 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
 
 TrainState Checkpointer::load(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   const std::string dir = step_dir(step);
-  Verified v = verify(dir);
+  Verified v = verify(dir, topology_);
   check_loadable(v, step, cfg_, topology_, dir);
   return load_and_report(v, model, optimizer, topology_, dir);
 }

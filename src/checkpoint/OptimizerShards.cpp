@@ -32,6 +32,7 @@ FlatOptimizerState gather_from_shards(const std::map<std::string, std::string>& 
   int64_t covered = 0;
   bool first = true;
   for (const auto& name : optimizer_files(manifest)) {
+    if (!files.count(name)) continue;  // not needed_by() this process: outside [begin, begin + count)
     const std::string path = dir + "/" + name;
     int64_t shard_total = 0;
     const FlatOptimizerState s = read_flat_state(files.at(name), path, &shard_total);
@@ -59,6 +60,18 @@ FlatOptimizerState gather_from_shards(const std::map<std::string, std::string>& 
 }
 
 } // namespace
+
+bool needed_by(const Topology& topology, const Manifest& manifest, const std::string& name) {
+  if (!topology.sharded || manifest.optimizer_shards <= 0 || name.rfind("optimizer-shard-", 0) != 0) return true;
+  // Shard r of W holds [r * size, (r + 1) * size) with size = ceil(total / W), as ShardedOptimizer cuts them. Were
+  // that rule to change, a skipped shard would show up as "the optimizer shards cover X of the Y elements".
+  const int64_t total = total_elements(topology.params), world = manifest.optimizer_shards;
+  const int64_t size = (total + world - 1) / world;
+  for (int64_t r = 0; r < world; ++r)
+    if (name == shard_file_name(int(r), int(world)))
+      return r * size < topology.shard_begin + topology.shard_owned && topology.shard_begin < (r + 1) * size;
+  return true;
+}
 
 std::string shard_file_name(int rank, int world_size) {
   return fmt::format("optimizer-shard-{:05d}-of-{:05d}.pt", rank, world_size);

@@ -69,8 +69,12 @@ void cancel_shards(const std::string& tmp_dir, torch::optim::Optimizer& optimize
 // The optimizer files a verified manifest must list: optimizer.pt, or its optimizer_shards shard files.
 std::vector<std::string> optimizer_files(const Manifest& manifest);
 
-// Loads the optimizer state of a verified checkpoint (`files`: name -> bytes) into `optimizer`, resharding as the
-// table above says. Throws InputError naming `dir` when the shards do not cover the parameters.
+// Whether this process needs the bytes of checkpoint file `name` to load: every file but the optimizer shards that
+// do not overlap its ZeRO-1 slice (they are still read once, for their CRC).
+bool needed_by(const Topology& topology, const Manifest& manifest, const std::string& name);
+
+// Loads the optimizer state of a verified checkpoint (`files`: name -> bytes, at least those needed_by() this
+// process) into `optimizer`, resharding as the table above says. Throws InputError naming `dir` when the shards do not cover the parameters.
 void load_optimizer_state(const std::map<std::string, std::string>& files, const Manifest& manifest,
                           torch::optim::Optimizer& optimizer, const Topology& topology, const std::string& dir);
 
