@@ -11,6 +11,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 steps=20
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^set /p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
 if [[ ${1:-} == --steps ]]; then
   steps=$2
   shift 2
