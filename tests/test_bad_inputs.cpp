@@ -294,3 +294,26 @@ TEST_CASE("bad input: an output directory under a regular file", "[bad-input]") 
   CHECK_THAT(last_line(r.output), Catch::StartsWith("error: cannot create run directory '" + file + "/runs/r'") &&
                                       Catch::Contains("Not a directory"));
 }
+
+TEST_CASE("bad input: resuming with another global batch", "[bad-input][checkpoint]") {
+  const std::string base = finished_run();  // per_device_batch_size=2, K=1, one process
+  expect_resume_error(base, "gradient_accumulation_steps=2",
+                      "was written with a global batch of 2 (per_device_batch_size=2 x gradient_accumulation_steps=1 x "
+                      "WORLD_SIZE=1), but this run's is 4");
+}
+
+TEST_CASE("bad input: a second trainer on a run directory in use", "[bad-input]") {
+  const std::string base = tp::fresh_dir("bad_busy");
+  const std::string args = "base.yml steps=100000 run_name=r base_output_directory=" + base + tp::kTiny;
+  const pid_t first = tp::spawn(args, base + ".first.log");
+  for (int i = 0; i < 600 && !fs::exists(base + "/r/metrics.jsonl"); ++i) ::usleep(100000);
+  const auto r = tp::run(args);
+  ::kill(first, SIGTERM);
+  const int first_code = tp::wait_for(first);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK_THAT(last_line(r.output), Catch::StartsWith("error: run directory '" + base + "/r' is in use by another "
+                                                    "trainer (pid " + std::to_string(first) + " on host "));
+  CHECK(first_code == 143);  // the first run was not disturbed: it stopped on our SIGTERM, with a checkpoint
+  fs::remove(base + ".first.log");
+}

@@ -20,12 +20,14 @@
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
 #include "train/Evaluator.h"
+#include "train/CheckpointTopology.h"
 #include "train/LossPlot.h"
 #include "train/MemoryProbe.h"
 #include "train/MetricsWriter.h"
 #include "train/NonFiniteGuard.h"
 #include "train/Progress.h"
 #include "train/RunDirectory.h"
+#include "train/RunLock.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
 #include "train/StepMetrics.h"
@@ -48,9 +50,11 @@ Training::~Training() = default;
 
 namespace {
 
-// What a run starts from: rank 0's run directory and checkpointer (other ranks write nothing), the step the
-// checkpoint restored, and what the kept part of metrics.jsonl says.
+// What a run starts from: rank 0's lock and run directory, every rank's checkpointer (with ZeRO-1 each rank writes
+// its optimizer shard; without, the others' save() does nothing), the step the checkpoint restored, and what the
+// kept part of metrics.jsonl says.
 struct StartPoint {
+  std::optional<RunLock> lock;  // declared first, released last
   std::optional<RunDirectory> dir;
   std::optional<checkpoint::Checkpointer> checkpoints;
   checkpoint::TrainState state;
@@ -64,33 +68,28 @@ std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c1
   return distributed::DataParallel::from_environment(cfg, device);
 }
 
-// ZeRO-1 spreads the optimizer state over the processes, which one checkpoint of rank 0's cannot restore yet.
-void turn_off_checkpoints_under_zero(config::Config& cfg, const distributed::DataParallel* dp) {
-  if (!dp || !dp->shard_optimizer() || !(cfg.enable_checkpointing || cfg.resume)) return;
-  spdlog::warn("checkpoints are not supported with shard_optimizer_over_data=true yet: enable_checkpointing and "
-               "resume are off");
-  cfg.enable_checkpointing = false;
-  cfg.resume = false;
-}
-
-// Rank 0 creates (or reopens) the run directory and restores the latest checkpoint; without ZeRO-1 every process
-// holds the same weights and the full optimizer state, so the others load the checkpoint rank 0 chose.
+// Rank 0 takes the run directory's lock (before anything looks at an existing directory), creates or reopens it
+// and restores the latest checkpoint; the other processes load the checkpoint rank 0 chose, resharded to this
+// run's process count and ZeRO-1 slices (checkpoint/OptimizerShards.h).
 StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, model::Decoder& model,
-                    torch::optim::Optimizer& optimizer) {
+                    torch::optim::Optimizer& optimizer, const checkpoint::Topology& topology) {
   StartPoint start;
   const int rank = dp ? dp->rank() : 0;
   if (rank == 0) {
+    if (!cfg.run_name.empty()) start.lock = RunLock::acquire_if_present(checkpoint::run_dir_of(cfg));
     start.dir.emplace(RunDirectory::create(cfg, checkpoint::can_resume(cfg)));
-    start.checkpoints.emplace(cfg, start.dir->path());
+    if (!start.lock) start.lock.emplace(RunLock::acquire(start.dir->path()));
+    start.checkpoints.emplace(cfg, start.dir->path(), topology);
     start.state = start.checkpoints->restore(*model, optimizer);
     start.earlier = checkpoint::truncate_metrics(start.dir->file("metrics.jsonl"), start.state.step);
   }
   if (dp) {
-    // The all-reduce is also the barrier: rank 0 has chosen the checkpoint and finished cleaning up before anyone
+    // The collectives are also the barrier: rank 0 has chosen the checkpoint and finished cleaning up before anyone
     // reads.
+    const std::string run_dir = shared_run_dir(topology, start.dir ? start.dir->path() : "");
     const auto resumed = static_cast<int64_t>(dp->global_sum(rank == 0 ? double(start.state.step) : 0.0));
-    if (rank != 0 && resumed > 0)
-      start.state = checkpoint::Checkpointer(cfg, checkpoint::run_dir_of(cfg)).load(resumed, *model, optimizer);
+    if (rank != 0) start.checkpoints.emplace(cfg, run_dir, topology);
+    if (rank != 0 && resumed > 0) start.state = start.checkpoints->load(resumed, *model, optimizer);
     if (resumed > 0) dp->verify_same_start(model->parameters());
   }
   return start;
@@ -165,8 +164,7 @@ RunSummary Training::run() {
   model->to(device_);
   TrainStep step(cfg_, model, *source_, device_, dp);
 
-  turn_off_checkpoints_under_zero(cfg_, dp.get());
-  StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer());
+  StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(cfg_, step));
   checkpoint::TrainState& state = start.state;
   if (state.step > 0 && state.step == cfg_.steps) return finish_from_disk(start, step, meter);
   std::optional<MetricsWriter> metrics;
