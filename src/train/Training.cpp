@@ -135,6 +135,7 @@ RunSummary finish_from_disk(const StartPoint& start, TrainStep& step, const memo
   summary.avg_tokens_per_s = start.earlier.seconds > 0 ? start.earlier.tokens / start.earlier.seconds : 0;
   // The training steps' peaks are in metrics.jsonl; this process's own peak covers loading the checkpoint.
   summary.peak_mem_bytes = std::max(int64_t(start.earlier.peak_mem_bytes), meter.run_peak());
+  summary.eval_loss = start.earlier.eval_loss;
   if (!start.dir) return summary;
   const bool finalised = std::filesystem::exists(start.dir->file("summary.json"));
   spdlog::info("run {} is already complete at step {}{}", start.dir->path(), start.state.step,
@@ -186,6 +187,7 @@ RunSummary Training::run() {
   RunSummary summary;
   summary.run_dir = start.dir ? start.dir->path() : "";
   summary.first_loss = start.earlier.first_loss;
+  summary.eval_loss = start.earlier.eval_loss;  // a resumed run without a later evaluation keeps the last one
   const int64_t earlier_steps = state.step;
   int64_t total_tokens = 0;
   NonFiniteGuard guard(cfg_.max_consecutive_nonfinite, state);
