@@ -50,7 +50,67 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_bf16(flo
   SG_ADAMW_LOOP(bf16_to_float(grad[i]))
 }
 
+// Moments kept in bf16 (adam_state_dtype): loaded to fp32, updated as above, and stored back with stochastic
+// rounding, so small updates are not lost to round-to-nearest (llm.c keeps its moments the same way).
+// The random bits are a hash of (step, parameter, moment, element): reproducible, independent of threads.
+inline uint32_t hash32(uint32_t x) {  // "lowbias32" integer mix (Chris Wellons)
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+inline uint32_t float_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+// fp32 -> bf16, rounding away from zero with probability (low 16 bits) / 2^16. NaN stays NaN (quieted), Inf stays Inf.
+inline uint16_t bf16_stochastic(float f, uint32_t random) {
+  const uint32_t b = float_bits(f);
+  if ((b & 0x7f800000U) == 0x7f800000U) return uint16_t((b >> 16) | ((b & 0x007fffffU) ? 0x0040U : 0U));
+  return uint16_t((b + (random & 0xffffU)) >> 16);
+}
+
+#define SG_ADAMW_LOOP_BF16_STATE(LOAD_GRAD)                                                              \
+  for (int64_t i = 0; i < n; ++i) {                                                                     \
+    const float g = LOAD_GRAD;                                                                          \
+    const float m_new = bf16_to_float(m[i]) * c.beta1 + g * c.one_minus_beta1;                          \
+    const float v_new = bf16_to_float(v[i]) * c.beta2 + g * g * c.one_minus_beta2;                      \
+    const float denom = std::sqrt(v_new) / c.sqrt_bias_correction2 + c.eps;                            \
+    p[i] = p[i] * c.decay - c.step_size * (m_new / denom);                                              \
+    const uint32_t at = uint32_t(offset + i);                                                           \
+    m[i] = bf16_stochastic(m_new, hash32(at ^ seed_m));                                                 \
+    v[i] = bf16_stochastic(v_new, hash32(at ^ seed_v));                                                 \
+  }
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_f32_bf16_state(
+    float* __restrict p, const float* __restrict grad, uint16_t* __restrict m, uint16_t* __restrict v, int64_t n,
+    Coefficients c, int64_t offset, uint32_t seed_m, uint32_t seed_v) {
+  SG_ADAMW_LOOP_BF16_STATE(grad[i])
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_bf16_bf16_state(
+    float* __restrict p, const uint16_t* __restrict grad, uint16_t* __restrict m, uint16_t* __restrict v, int64_t n,
+    Coefficients c, int64_t offset, uint32_t seed_m, uint32_t seed_v) {
+  SG_ADAMW_LOOP_BF16_STATE(bf16_to_float(grad[i]))
+}
+
 #undef SG_ADAMW_LOOP
+#undef SG_ADAMW_LOOP_BF16_STATE
+
+// A per-(step, parameter, moment) seed; elements are mixed in by index.
+uint32_t seed_of(int64_t step, size_t param, uint32_t moment) {
+  return hash32(uint32_t(step) * 0x9e3779b9U ^ hash32(uint32_t(param) * 0x85ebca77U + moment) ^
+                uint32_t(uint64_t(step) >> 32));
+}
+
+at::Tensor in_dtype(const at::Tensor& t, c10::ScalarType dtype) {
+  return t.scalar_type() == dtype && t.is_contiguous() ? t : t.to(dtype).contiguous();  // e.g. after load()
+}
 
 bool fusable(const at::Tensor& p, const at::Tensor& grad, const torch::optim::AdamWOptions& o) {
   return !o.amsgrad() && p.device().is_cpu() && p.scalar_type() == at::kFloat && p.is_contiguous() &&
@@ -73,15 +133,20 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       const auto& grad = p.grad();
       if (!grad.defined()) continue;
       if (!fusable(p, grad, o)) {  // nothing has been updated yet: hand the whole step to the stock AdamW
+        if (state_dtype_ != at::kFloat)
+          throw std::invalid_argument("FusedAdamW: bf16 moments (adam_state_dtype=bfloat16) need fp32 contiguous CPU "
+                                      "parameters with an fp32 or bf16 gradient, and amsgrad off");
         torch::optim::AdamW::step();
         return loss;
       }
     }
   }
+  size_t position = 0;  // the parameter's place over all groups: part of its rounding seed
   for (auto& group : param_groups_) {
     auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     for (auto& p : group.params()) {
+      const size_t param_position = position++;
       const auto& grad = p.grad();
       if (!grad.defined()) continue;
       const auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
@@ -89,13 +154,13 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       if (it == state_.end()) {
         auto fresh = std::make_unique<torch::optim::AdamWParamState>();
         fresh->step(0);
-        fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Contiguous));
-        fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Contiguous));
+        fresh->exp_avg(at::zeros_like(p, p.options().dtype(state_dtype_), at::MemoryFormat::Contiguous));
+        fresh->exp_avg_sq(at::zeros_like(p, p.options().dtype(state_dtype_), at::MemoryFormat::Contiguous));
         it = state_.emplace(key, std::move(fresh)).first;
       }
       auto& state = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      if (!state.exp_avg().is_contiguous()) state.exp_avg(state.exp_avg().contiguous());  // e.g. after load()
-      if (!state.exp_avg_sq().is_contiguous()) state.exp_avg_sq(state.exp_avg_sq().contiguous());
+      state.exp_avg(in_dtype(state.exp_avg(), state_dtype_));
+      state.exp_avg_sq(in_dtype(state.exp_avg_sq(), state_dtype_));
       state.step(state.step() + 1);
       const double bias_correction1 = 1 - std::pow(beta1, double(state.step()));
       const double bias_correction2 = 1 - std::pow(beta2, double(state.step()));
@@ -103,10 +168,24 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
                            float(1 - beta2), float(std::sqrt(bias_correction2)), float(o.eps()),
                            float(o.lr() / bias_correction1)};
       float* pp = p.data_ptr<float>();
-      float* m = state.exp_avg().data_ptr<float>();
-      float* v = state.exp_avg_sq().data_ptr<float>();
       const bool bf16 = grad.scalar_type() == at::kBFloat16;
       const void* g = grad.data_ptr();
+      if (state_dtype_ == at::kBFloat16) {
+        auto* m = static_cast<uint16_t*>(state.exp_avg().data_ptr());
+        auto* v = static_cast<uint16_t*>(state.exp_avg_sq().data_ptr());
+        const uint32_t seed_m = seed_of(state.step(), param_position, 1), seed_v = seed_of(state.step(), param_position, 2);
+        at::parallel_for(0, p.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+          if (bf16)
+            adamw_bf16_bf16_state(pp + begin, static_cast<const uint16_t*>(g) + begin, m + begin, v + begin,
+                                  end - begin, c, begin, seed_m, seed_v);
+          else
+            adamw_f32_bf16_state(pp + begin, static_cast<const float*>(g) + begin, m + begin, v + begin, end - begin,
+                                 c, begin, seed_m, seed_v);
+        });
+        continue;
+      }
+      float* m = state.exp_avg().data_ptr<float>();
+      float* v = state.exp_avg_sq().data_ptr<float>();
       at::parallel_for(0, p.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
         if (bf16)
           adamw_bf16(pp + begin, static_cast<const uint16_t*>(g) + begin, m + begin, v + begin, end - begin, c);
