@@ -7,6 +7,8 @@
 #include <ATen/Parallel.h>
 #include <c10/util/string_utils.h>
 
+#include "accumulate/StochasticRounding.h"
+
 namespace shadowgrad::train {
 
 namespace {
@@ -51,30 +53,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_bf16(flo
 }
 
 // Moments kept in bf16 (adam_state_dtype): loaded to fp32, updated as above, and stored back with stochastic
-// rounding, so small updates are not lost to round-to-nearest (llm.c keeps its moments the same way).
-// The random bits are a hash of (step, parameter, moment, element): reproducible, independent of threads.
-inline uint32_t hash32(uint32_t x) {  // "lowbias32" integer mix (Chris Wellons)
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
-}
-
-inline uint32_t float_bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof b);
-  return b;
-}
-
-// fp32 -> bf16, rounding away from zero with probability (low 16 bits) / 2^16. NaN stays NaN (quieted), Inf stays Inf.
-inline uint16_t bf16_stochastic(float f, uint32_t random) {
-  const uint32_t b = float_bits(f);
-  if ((b & 0x7f800000U) == 0x7f800000U) return uint16_t((b >> 16) | ((b & 0x007fffffU) ? 0x0040U : 0U));
-  return uint16_t((b + (random & 0xffffU)) >> 16);
-}
-
+// rounding (accumulate/StochasticRounding.h), so small updates are not lost to round-to-nearest (llm.c keeps its
+// moments the same way). The bits hash (step, parameter, moment, element): reproducible, independent of threads.
 #define SG_ADAMW_LOOP_BF16_STATE(LOAD_GRAD)                                                              \
   for (int64_t i = 0; i < n; ++i) {                                                                     \
     const float g = LOAD_GRAD;                                                                          \
@@ -82,31 +62,27 @@ inline uint16_t bf16_stochastic(float f, uint32_t random) {
     const float v_new = bf16_to_float(v[i]) * c.beta2 + g * g * c.one_minus_beta2;                      \
     const float denom = std::sqrt(v_new) / c.sqrt_bias_correction2 + c.eps;                            \
     p[i] = p[i] * c.decay - c.step_size * (m_new / denom);                                              \
-    const uint32_t at = uint32_t(offset + i);                                                           \
-    m[i] = bf16_stochastic(m_new, hash32(at ^ seed_m));                                                 \
-    v[i] = bf16_stochastic(v_new, hash32(at ^ seed_v));                                                 \
+    m[i] = accumulate::bf16_round_stochastic(m_new, accumulate::random_bits(key_m, uint64_t(offset + i))); \
+    v[i] = accumulate::bf16_round_stochastic(v_new, accumulate::random_bits(key_v, uint64_t(offset + i))); \
   }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_f32_bf16_state(
     float* __restrict p, const float* __restrict grad, uint16_t* __restrict m, uint16_t* __restrict v, int64_t n,
-    Coefficients c, int64_t offset, uint32_t seed_m, uint32_t seed_v) {
+    Coefficients c, int64_t offset, uint64_t key_m, uint64_t key_v) {
   SG_ADAMW_LOOP_BF16_STATE(grad[i])
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_bf16_bf16_state(
     float* __restrict p, const uint16_t* __restrict grad, uint16_t* __restrict m, uint16_t* __restrict v, int64_t n,
-    Coefficients c, int64_t offset, uint32_t seed_m, uint32_t seed_v) {
+    Coefficients c, int64_t offset, uint64_t key_m, uint64_t key_v) {
   SG_ADAMW_LOOP_BF16_STATE(bf16_to_float(grad[i]))
 }
 
 #undef SG_ADAMW_LOOP
 #undef SG_ADAMW_LOOP_BF16_STATE
 
-// A per-(step, parameter, moment) seed; elements are mixed in by index.
-uint32_t seed_of(int64_t step, size_t param, uint32_t moment) {
-  return hash32(uint32_t(step) * 0x9e3779b9U ^ hash32(uint32_t(param) * 0x85ebca77U + moment) ^
-                uint32_t(uint64_t(step) >> 32));
-}
+// Seeds the rounding bits of the moments; changing it changes every bf16-state run's bits.
+constexpr uint64_t kMomentRoundingSeed = 0x5ad0a5a7e5eedULL;
 
 at::Tensor in_dtype(const at::Tensor& t, c10::ScalarType dtype) {
   return t.scalar_type() == dtype && t.is_contiguous() ? t : t.to(dtype).contiguous();  // e.g. after load()
@@ -173,14 +149,15 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       if (state_dtype_ == at::kBFloat16) {
         auto* m = static_cast<uint16_t*>(state.exp_avg().data_ptr());
         auto* v = static_cast<uint16_t*>(state.exp_avg_sq().data_ptr());
-        const uint32_t seed_m = seed_of(state.step(), param_position, 1), seed_v = seed_of(state.step(), param_position, 2);
+        const uint64_t key_m = accumulate::rounding_key(kMomentRoundingSeed, {uint64_t(state.step()), param_position, 1});
+        const uint64_t key_v = accumulate::rounding_key(kMomentRoundingSeed, {uint64_t(state.step()), param_position, 2});
         at::parallel_for(0, p.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
           if (bf16)
             adamw_bf16_bf16_state(pp + begin, static_cast<const uint16_t*>(g) + begin, m + begin, v + begin,
-                                  end - begin, c, begin, seed_m, seed_v);
+                                  end - begin, c, begin, key_m, key_v);
           else
             adamw_f32_bf16_state(pp + begin, static_cast<const float*>(g) + begin, m + begin, v + begin, end - begin,
-                                 c, begin, seed_m, seed_v);
+                                 c, begin, key_m, key_v);
         });
         continue;
       }
