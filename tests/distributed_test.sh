@@ -2,8 +2,8 @@
 # Intent: multi-process data parallel end to end with the real trainer and scripts/launch.sh on loopback.
 #   - every step's loss over 6 steps on padded data, within 1e-5 relative (fp32 compute): 1 process K=4 against
 #     2 processes K=2 and 4 processes K=1, and the same for eval_loss (each process evaluates its slice), and on an
-#     llm.c token file; ZeRO-1 on against off; a bf16 shadow on 2 processes reduced through
-#     many buckets against one bucket;
+#     llm.c token file; remat_policy=full against none (bitwise); ZeRO-1 on against off; a bf16 shadow on 2
+#     processes reduced through many buckets against one bucket;
 #   - only rank 0 writes a run directory; the other ranks' logs carry "[rank N]";
 #   - resume: 2 processes trained 3 steps then resumed to 6 give bitwise the losses of 6 straight steps, every rank
 #     loading rank 0's checkpoint; SIGTERM to one rank stops both after the same step with a checkpoint (143);
@@ -99,6 +99,12 @@ grep -q 'tokens' "$runs/p4_k1/metrics.jsonl" || fail "no metrics from rank 0"
 # The global batch holds the same valid tokens whatever the split.
 cmp <(grep -o '"tokens":[0-9]*' "$runs/p1_k4/metrics.jsonl") <(grep -o '"tokens":[0-9]*' "$runs/p4_k1/metrics.jsonl") ||
   fail "valid-token counts differ between 1 and 4 processes"
+
+echo "== remat_policy=full on 2 processes K=2 against none (same losses: the nested backward folds every gradient)"
+run p2_k2_remat 2 gradient_accumulation_steps=2 remat_policy=full
+same_losses p2_k2_remat p2_k2
+cmp <(grep -o '"loss":[^,]*' "$runs/p2_k2_remat/metrics.jsonl") <(grep -o '"loss":[^,]*' "$runs/p2_k2/metrics.jsonl") ||
+  fail "remat_policy=full changed a loss bit on 2 processes"
 
 echo "== ZeRO-1 on against off (2 processes)"
 run p2_k2_zero 2 gradient_accumulation_steps=2 shard_optimizer_over_data=true grad_reduce_bucket_mb=0.01

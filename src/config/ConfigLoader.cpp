@@ -131,6 +131,9 @@ void validate(const Config& c) {
   if (c.load_checkpoint_step == 0) fail("load_checkpoint_step=0: there is no step-0 checkpoint; use -1 (the latest) or N >= 1");
   if (c.load_checkpoint_step > 0 && !c.resume)
     fail(fmt::format("load_checkpoint_step={} needs resume=true", c.load_checkpoint_step));
+  if (c.adam_state_dtype != "float32" && (c.opt_type != "adamw" || !c.opt_fused))
+    fail(fmt::format("adam_state_dtype={} needs opt_type=adamw and opt_fused=true (got opt_type={}, opt_fused={})",
+                     c.adam_state_dtype, c.opt_type, c.opt_fused));
   if (c.load_checkpoint_step > 0 && c.run_name.empty())
     fail(fmt::format("load_checkpoint_step={} needs run_name=<the run to resume>", c.load_checkpoint_step));
 }
