@@ -24,7 +24,8 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  void write(const JsonNumbers& fields);
+  // `more` is appended to `fields` (keys that only some steps have).
+  void write(const JsonNumbers& fields, const JsonNumbers& more = {});
 
  private:
   std::FILE* file_;

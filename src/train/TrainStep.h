@@ -11,6 +11,7 @@
 //
 // With several processes, each takes its own slice [rank*local, (rank+1)*local) of the same global batch, the
 // valid-token count is summed before the loop, and the shadow tree is summed once, after the last microbatch.
+#include <limits>
 #include <memory>
 
 #include <c10/core/Device.h>
@@ -46,12 +47,18 @@ struct StepStats {
   // Where the step's wall time went (seconds): building the batch, forward + loss, backward (which includes
   // folding each gradient into the shadow tree: fold_s is that part of backward_s), clip + optimizer update.
   double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0, optimizer_s = 0;
+  // grad_fidelity_period steps: ||shadow - fp32 reference|| / ||reference||; NaN on other steps.
+  double grad_rel_error = std::numeric_limits<double>::quiet_NaN();
+  // grad_dtype=float16: the fraction of folded elements that underflowed to zero; NaN for other dtypes.
+  double underflow_fraction = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct Accumulated {
   double loss = 0;
   int64_t tokens = 0;
   double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0;
+  double grad_rel_error = std::numeric_limits<double>::quiet_NaN();
+  double underflow_fraction = std::numeric_limits<double>::quiet_NaN();
 };
 
 class TrainStep {
@@ -72,6 +79,8 @@ class TrainStep {
   model::Decoder& model() { return model_; }
 
  private:
+  // float16 shadows: the fraction of this step's folded values that underflowed; warns the first time any did.
+  double warn_on_underflow(int64_t step);
   model::Decoder model_;
   const data::DataSource& source_;
   c10::Device device_;
@@ -80,6 +89,8 @@ class TrainStep {
   int64_t loss_chunk_tokens_;
   LrSchedule schedule_;
   int64_t debug_nan_first_, debug_nan_count_;  // 0-based first poisoned step (testing only); -1 off
+  int64_t fidelity_period_;                     // grad_fidelity_period
+  bool warned_underflow_ = false;
   std::unique_ptr<accumulate::ShadowAccumulator> accumulator_;
   std::shared_ptr<distributed::DataParallel> dp_;        // null for one process
   std::unique_ptr<distributed::ShardedOptimizer> zero_;  // ZeRO-1: set when dp_ and shard_optimizer_over_data

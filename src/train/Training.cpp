@@ -1,6 +1,7 @@
 #include "train/Training.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <csignal>
 #include <filesystem>
@@ -151,6 +152,9 @@ RunSummary Training::run() {
     const double tokens_per_s = st.tokens / st.seconds;
     if (s == 0 && dp) log_optimizer_state(step, *dp);
     if (metrics) {
+      JsonNumbers numerics;  // only on the steps that measure them (see TrainStep.h)
+      if (!std::isnan(st.grad_rel_error)) numerics.push_back({"grad_rel_error", st.grad_rel_error});
+      if (!std::isnan(st.underflow_fraction)) numerics.push_back({"fp16_underflow_fraction", st.underflow_fraction});
       metrics->write({{"step", double(s + 1)},
                       {"loss", st.loss},
                       {"grad_norm", st.grad_norm},
@@ -164,7 +168,8 @@ RunSummary Training::run() {
                       {"forward_s", st.forward_s},
                       {"backward_s", st.backward_s},
                       {"fold_s", st.fold_s},
-                      {"optimizer_s", st.optimizer_s}});
+                      {"optimizer_s", st.optimizer_s}},
+                     numerics);
       const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
       progress.update({s + 1, st.loss, st.grad_norm, st.lr, tokens_per_s, eta, peak});
     }
