@@ -9,6 +9,7 @@
 # port), LAUNCH_GRACE_S (default 5).
 # Multi-node: run the trainer itself on every node with the same variables; see docs/distributed.md.
 set -uo pipefail
+[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 
 usage() { echo "usage: scripts/launch.sh --nproc N CONFIG [key=value ...]" >&2; exit 2; }
 

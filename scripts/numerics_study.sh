@@ -49,7 +49,7 @@ done
 # One panel per case; one line per format. gnuplot's log axes need positive values: fp32's 0 error at K=1 is
 # drawn at 1e-12 (the axis floor).
 plot() {
-  local column=$1 ylabel=$2 png=$3 logy=$4
+  local column=$1 ylabel=$2 png=$3 logy=$4 key=$5
   local panels=""
   for c in model stagnation; do
     [[ -s $out/$c.tsv ]] || continue
@@ -70,12 +70,12 @@ $( ((logy)) && echo "set logscale y" || echo "unset logscale y")
 set xlabel 'K (microbatches folded)'
 set ylabel '$ylabel'
 set grid
-set key top left
+set key $key
 $panels
 unset multiplot
 GP
   rm -f "$out"/.*.dat
   echo "wrote $png"
 }
-plot 3 'relative error ||acc - exact|| / ||exact|| (mean over seeds)' "$out/error_vs_k.png" 1
-plot 5 'bias: sum sign(exact)(acc - exact) / sum |exact|' "$out/bias_vs_k.png" 0
+plot 3 'relative error ||acc - exact|| / ||exact|| (mean over seeds)' "$out/error_vs_k.png" 1 "top left"
+plot 5 'bias: sum sign(exact)(acc - exact) / sum |exact|' "$out/bias_vs_k.png" 0 "bottom left"

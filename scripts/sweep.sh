@@ -9,7 +9,10 @@
 #   Runs go to DIR/<run name> (default DIR: runs/sweep-<config stem>-<swept keys>-<hash of the arguments>),
 #   each run's output to DIR/<run name>.log, and the table to DIR/summary.csv and DIR/summary.md.
 #   TRAINER=path overrides the trainer binary (default <repo>/build/trainer, built by scripts/build.sh if absent).
-# Exit: 0 every run ok; 1 some run failed (the others still ran); 2 bad usage.
+#   Stop: one Ctrl-C (SIGINT), or SIGTERM to the sweep, lets the run under way checkpoint, starts nothing new,
+#   writes the summary with that run marked `interrupted`, and exits 130 (143). Re-running the same command resumes
+#   the interrupted run from its checkpoint and goes on with the rest.
+# Exit: 0 every run ok; 1 some run failed (the others still ran); 2 bad usage; 130 / 143 stopped by SIGINT / SIGTERM.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -103,8 +106,18 @@ run_name() {
 
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
+# One signal stops the sweep. The trainer runs in its own session, so a terminal's Ctrl-C reaches it only through
+# this forward (once: a second SIGINT would make it exit without its checkpoint).
+stop="" child=""
+on_signal() {
+  stop=$1
+  [[ -z $child ]] || kill -"$1" "$child" 2>/dev/null || true
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
 failed=0 n=0
 for combo in "${combos[@]}"; do
+  [[ -z $stop ]] || break
   n=$((n + 1))
   IFS=$'\t' read -ra overrides <<<"$combo"
   name=$(run_name "$combo")
@@ -126,17 +139,27 @@ for combo in "${combos[@]}"; do
     fi
     start=$SECONDS
     rc=0
-    "$trainer" "$config" "${fixed[@]}" "${overrides[@]}" "base_output_directory=$sweep_dir" "run_name=$name" \
-      >&3 2>&3 || rc=$?
+    setsid "$trainer" "$config" "${fixed[@]}" "${overrides[@]}" "base_output_directory=$sweep_dir" "run_name=$name" \
+      >&3 2>&3 &
+    child=$!
+    # A trapped signal ends `wait` early; wait again until the trainer has checkpointed and exited.
+    while :; do
+      rc=0
+      wait "$child" || rc=$?
+      kill -0 "$child" 2>/dev/null || break
+    done
+    child=""
     exec 3>&-
-    if ((rc != 0)); then
+    if [[ -n $stop ]] && ((rc == 130 || rc == 143)); then
+      status=interrupted
+    elif ((rc != 0)); then
       status="failed (exit $rc)"
     elif [[ ! -f $run_dir/summary.json ]]; then
       status="failed (no summary.json)"
     fi
     echo "$progress: $status in $((SECONDS - start))s, log $log"
   fi
-  [[ $status == ok ]] || failed=$((failed + 1))
+  [[ $status == ok || $status == interrupted ]] || failed=$((failed + 1))
   values=()
   for kv in "${overrides[@]}"; do values+=("${kv#*=}"); done
   { printf '%s' "$name" && printf '\t%s' "$status" "${values[@]}" && echo; } >>"$rows"
@@ -146,6 +169,11 @@ echo
 python3 "$repo/scripts/lib/sweep_summary.py" "$sweep_dir" "$(IFS=,; echo "${sweep_keys[*]}")" <"$rows"
 echo
 echo "summary: $sweep_dir/summary.md and summary.csv"
+if [[ -n $stop ]]; then
+  echo "sweep.sh: stopped by SIG$stop after $n of ${#combos[@]} runs; rerun the same command to resume" >&2
+  [[ $stop == INT ]] && exit 130
+  exit 143
+fi
 if ((failed)); then
   echo "sweep.sh: $failed of ${#combos[@]} runs failed" >&2
   exit 1

@@ -98,7 +98,7 @@ double max_rel_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tens
 std::vector<at::Tensor> single_process_gradient(const config::Config& c) {
   auto source = data::make_source(c);
   train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
-  step.accumulate(0);
+  step.accumulate_batch(0);
   return fp32_copies(step.accumulator().shadows());
 }
 
@@ -188,7 +188,7 @@ TEST_CASE("2 ranks x K=2 reduce to the single-process gradient of the whole glob
     auto source = data::make_source(c);
     train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU),
                           dp);
-    step.accumulate(0);
+    step.accumulate_batch(0);
     grads[comm.rank()] = fp32_copies(step.accumulator().shadows());
   });
   require_no_errors(errors);

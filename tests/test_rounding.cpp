@@ -197,7 +197,7 @@ std::vector<at::Tensor> shadows_after(const config::Config& c, int64_t steps, in
   auto source = data::make_source(c);
   train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
   for (int64_t s = 0; s + 1 < steps; ++s) step.run(s);
-  step.accumulate(steps - 1);
+  step.accumulate_batch(steps - 1);
   std::vector<at::Tensor> out;
   for (const auto& t : step.accumulator().shadows()) out.push_back(t.to(at::kFloat).clone());
   at::set_num_threads(before);

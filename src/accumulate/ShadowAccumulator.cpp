@@ -93,6 +93,7 @@ ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10:
     s.shadows.push_back(at::zeros_like(p, p.options().dtype(grad_dtype)));
   }
   s.stale.assign(s.shadows.size(), 0);
+  for (const auto& t : s.shadows) s.on_cpu = s.on_cpu && t.device().is_cpu();
   std::weak_ptr<ShadowState> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
     auto node = torch::autograd::impl::grad_accumulator(s.params[i]);
@@ -148,6 +149,8 @@ void ShadowAccumulator::end() {
 }
 
 void ShadowAccumulator::set_rounding(Rounding rounding, uint64_t seed) {
+  if (rounding == Rounding::kStochastic && !state_->on_cpu)
+    throw std::invalid_argument("ShadowAccumulator: stochastic rounding needs CPU shadows (the kernel is CPU-only)");
   state_->rounding = rounding;
   state_->seed = seed;
 }

@@ -48,9 +48,11 @@ struct ShadowState {
   int64_t reference_bytes_high = 0;
   double reference_error = 0;         // ||shadow - reference|| / ||reference|| of the last measured window
 
+  // The rounding kernel is CPU code: shadows on another device keep at::add_ (round to nearest, uncounted).
   bool uses_kernel() const {
-    return grad_dtype == c10::kHalf || (grad_dtype == c10::kBFloat16 && rounding == Rounding::kStochastic);
+    return on_cpu && (grad_dtype == c10::kHalf || (grad_dtype == c10::kBFloat16 && rounding == Rounding::kStochastic));
   }
+  bool on_cpu = true;
   uint64_t next_key(size_t i) {
     return rounding_key(seed, {uint64_t(window), uint64_t(fold_number[i]++), uint64_t(i)});
   }

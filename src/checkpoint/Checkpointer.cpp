@@ -115,8 +115,8 @@ void check_frozen_keys(const Manifest& m, const config::Config& cfg, const std::
     if (it == saved.end()) continue;  // a key added to the list after this checkpoint was written
     if (it->second != value)
       throw InputError(fmt::format("checkpoint '{}' was written with {}={}, but the config has {}={}; {} cannot "
-                                   "change on resume (use a new run_name, or set resume=false)",
-                                   dir, key, it->second, key, value, key));
+                                   "change on resume: use a new run_name, or give {}={} again",
+                                   dir, key, it->second, key, value, key, key, it->second));
   }
 }
 

@@ -25,10 +25,8 @@ MetricsWriter::MetricsWriter(const std::string& path) : file_(std::fopen(path.c_
 
 MetricsWriter::~MetricsWriter() { std::fclose(file_); }
 
-void MetricsWriter::write(const JsonNumbers& fields, const JsonNumbers& more) {
-  JsonNumbers all = fields;
-  all.insert(all.end(), more.begin(), more.end());
-  std::string line = to_json(all) + "\n";
+void MetricsWriter::write(const JsonNumbers& fields) {
+  std::string line = to_json(fields) + "\n";
   if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0)
     throw std::runtime_error(fmt::format("cannot write to '{}' (disk full?)", path_));
 }

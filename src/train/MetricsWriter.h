@@ -24,8 +24,7 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  // `more` is appended to `fields` (keys that only some steps have).
-  void write(const JsonNumbers& fields, const JsonNumbers& more = {});
+  void write(const JsonNumbers& fields);
 
  private:
   std::FILE* file_;

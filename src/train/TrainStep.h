@@ -36,29 +36,36 @@ class ShardedOptimizer;
 
 namespace shadowgrad::train {
 
-struct StepStats {
+// Where a step's wall time went (seconds): building the batch, forward + loss, backward (which includes folding
+// each gradient into the shadow tree: fold_s is that part of backward_s).
+struct PhaseSeconds {
+  double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0;
+};
+
+// What the fold cost in accuracy (docs/numerics.md); NaN when not measured this step. Both are this process's
+// folds, before the multi-process reduction.
+struct FoldNumerics {
+  // grad_fidelity_period steps: ||shadow - fp32 reference|| / ||reference||.
+  double grad_rel_error = std::numeric_limits<double>::quiet_NaN();
+  // grad_dtype=float16: the fraction of folded values that underflowed to zero.
+  double underflow_fraction = std::numeric_limits<double>::quiet_NaN();
+};
+
+// The microbatch loop's result: the global batch's token-mean loss and valid-token count.
+struct Accumulated : PhaseSeconds, FoldNumerics {
+  double loss = 0;
+  int64_t tokens = 0;
+};
+
+struct StepStats : PhaseSeconds, FoldNumerics {
   int64_t step = 0;        // 0-based optimizer step
   double loss = 0;         // token-mean loss of the global batch, before the update
   double grad_norm = 0;    // global norm of the accumulated gradient, before clipping
   double lr = 0;
   int64_t tokens = 0;      // valid target tokens in the global batch
   double seconds = 0;
+  double optimizer_s = 0;  // clip + optimizer update
   bool skipped = false;    // loss or grad_norm was non-finite: no update; parameters and optimizer state untouched
-  // Where the step's wall time went (seconds): building the batch, forward + loss, backward (which includes
-  // folding each gradient into the shadow tree: fold_s is that part of backward_s), clip + optimizer update.
-  double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0, optimizer_s = 0;
-  // grad_fidelity_period steps: ||shadow - fp32 reference|| / ||reference||; NaN on other steps.
-  double grad_rel_error = std::numeric_limits<double>::quiet_NaN();
-  // grad_dtype=float16: the fraction of folded elements that underflowed to zero; NaN for other dtypes.
-  double underflow_fraction = std::numeric_limits<double>::quiet_NaN();
-};
-
-struct Accumulated {
-  double loss = 0;
-  int64_t tokens = 0;
-  double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0;
-  double grad_rel_error = std::numeric_limits<double>::quiet_NaN();
-  double underflow_fraction = std::numeric_limits<double>::quiet_NaN();
 };
 
 class TrainStep {
@@ -71,7 +78,7 @@ class TrainStep {
 
   // The microbatch loop alone: afterwards the shadow tree holds the gradient of the global batch's
   // token-mean loss, exactly as one un-split batch would give it.
-  Accumulated accumulate(int64_t step);
+  Accumulated accumulate_batch(int64_t step);
 
   accumulate::ShadowAccumulator& accumulator() { return *accumulator_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
