@@ -13,6 +13,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "accumulate/FoldingCast.h"
+#include "accumulate/MixedAdd.h"
 #include "accumulate/ShadowState.h"
 
 namespace shadowgrad::accumulate {
@@ -37,7 +38,7 @@ void ShadowState::fold(size_t i, const at::Tensor& grad) {
   } else if (overwrite) {
     shadows[i].copy_(grad);  // == 0 + grad rounded once into grad_dtype (up to the sign of a zero)
   } else {
-    shadows[i].add_(grad);  // fp32 math, rounded once into grad_dtype
+    mixed_add_(shadows[i], grad);  // fp32 math, rounded once into grad_dtype
   }
 }
 
