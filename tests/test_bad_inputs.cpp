@@ -108,6 +108,11 @@ TEST_CASE("bad input: bad dtype name", "[bad-input]") {
                    "invalid value 'float8' for config key 'grad_dtype': expected one of float32|bfloat16|float16");
 }
 
+TEST_CASE("bad input: stochastic rounding on CUDA (the kernel is CPU-only)", "[bad-input]") {
+  expect_bad_input("base.yml grad_accum_rounding=stochastic hardware=cuda",
+                   "grad_accum_rounding=stochastic needs hardware=cpu");
+}
+
 TEST_CASE("bad input: base_num_query_heads not divisible by base_num_kv_heads", "[bad-input]") {
   expect_bad_input("base.yml base_num_query_heads=6 base_num_kv_heads=4",
                    "base_num_query_heads (6) must be a multiple of base_num_kv_heads (4)");
