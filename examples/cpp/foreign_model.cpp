@@ -8,7 +8,14 @@
 #include <cstdlib>
 #include <string>
 
-#include <torch/torch.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adamw.h>
+#include <torch/utils.h>
 
 #include <shadowgrad/shadowgrad.h>
 

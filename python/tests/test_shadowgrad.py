@@ -155,6 +155,26 @@ class Bf16Test(unittest.TestCase):
         self.assertLess(l16[-1], l16[0])
 
 
+class FoldTest(unittest.TestCase):
+    def test_bf16_fold_of_fp32_gradients_equals_add_bit_for_bit(self):
+        # The fold of an fp32 gradient into a bf16 shadow is shadowgrad's own loop (no fp32 temporaries); it must
+        # round exactly as torch's add_ does, specials included (3 Mi elements: several threads' chunks).
+        n = 3_000_007
+        start = (torch.randn(n, generator=torch.Generator().manual_seed(1)) * 3).bfloat16()
+        g = torch.randn(n, generator=torch.Generator().manual_seed(2)) * 1e-2
+        g[:6] = torch.tensor([float("inf"), float("nan"), 3e38, -3e38, 1e-40, -0.0])
+        p = nn.Parameter(torch.zeros(n))
+        acc = shadowgrad.ShadowAccumulator([p], grad_dtype=torch.bfloat16)
+        with acc.accumulate():
+            (p * torch.ones(n)).sum().backward()  # the first fold after construction or a step overwrites
+            acc.shadows[0].copy_(start)
+            (p * g).sum().backward()              # the second adds
+        want = start.clone().add_(g)
+        got = acc.shadows[0]
+        self.assertTrue(torch.equal(got.isnan(), want.isnan()))
+        self.assertTrue(torch.equal(got.nan_to_num(0), want.nan_to_num(0)))
+
+
 class OptimizerTest(unittest.TestCase):
     """Python optimizers read the bf16 shadows lent as .grad of fp32 parameters; results track the fp32 plain loop."""
 

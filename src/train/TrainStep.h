@@ -83,6 +83,8 @@ class TrainStep {
   accumulate::ShadowAccumulator& accumulator() { return *accumulator_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   distributed::DataParallel* data_parallel() { return dp_.get(); }
+  // ZeRO-1's slice of the optimizer state; null without shard_optimizer_over_data (or with one process).
+  const distributed::ShardedOptimizer* sharded_optimizer() const { return zero_.get(); }
   model::Decoder& model() { return model_; }
 
  private:
