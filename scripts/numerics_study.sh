@@ -3,14 +3,14 @@
 # each microbatch gradient into fp64 (the reference), fp32, bf16 and fp16 carries (round-to-nearest and
 # stochastic) and reports the relative error and the bias against fp64, on the default model's gradients and
 # on a constructed stagnation case; then plots error against K (PNG, gnuplot).
-# Cost: the stagnation case (16384 elements, K up to 1024, 16 seeds) takes a few minutes. The model case runs sum(K)
+# Cost: the stagnation case (16384 elements, K up to 1024, 16 seeds) took about 2 min. The model case runs sum(K)
 # microbatch forward+backward passes per seed on configs/base.yml's model (4.1 M parameters) and folds each into
-# six trees: sum(K) = 341 passes for the default --model-k, about 5 min per seed on a quiet 2-core machine, and
-# several times that on a busy one (K=1024 adds 1024 passes).
+# six trees: sum(K) = 85 passes per seed for the default --model-k; 2 seeds took 50 min on a busy shared 2-core
+# machine (2026-11-30), much less on a quiet one. --model-k 1,4,16,64,256,1024 adds 1280 passes per seed.
 #
 # Usage: scripts/numerics_study.sh [--out DIR] [--seeds N] [--model-k LIST] [--stagnation-seeds N] [--k LIST]
 #                                  [--cases model,stagnation] [key=value ...]
-#   --seeds / --model-k: the model case (default 2 seeds, K = 1,4,16,64,256); --stagnation-seeds / --k: the
+#   --seeds / --model-k: the model case (default 2 seeds, K = 1,4,16,64); --stagnation-seeds / --k: the
 #   stagnation case (default 16 seeds, K = 1,4,16,64,256,1024). key=value overrides go to the model's config
 #   (base.yml), e.g. num_threads=1.
 #   Writes DIR/model.tsv, DIR/stagnation.tsv, DIR/error_vs_k.png and DIR/bias_vs_k.png (default DIR: runs/numerics).
@@ -19,7 +19,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib/setup.sh"
 
-out=runs/numerics seeds=2 model_ks=1,4,16,64,256 stagnation_seeds=16 ks=1,4,16,64,256,1024 cases=model,stagnation
+out=runs/numerics seeds=2 model_ks=1,4,16,64 stagnation_seeds=16 ks=1,4,16,64,256,1024 cases=model,stagnation
 overrides=()
 while (($#)); do
   case $1 in

@@ -28,7 +28,7 @@ void add_rows_nearest(at::Tensor& t, const at::Tensor& rows, const at::Tensor& s
 } // namespace
 
 void ShadowState::fold(size_t i, const at::Tensor& grad) {
-  if (!reference.empty()) reference[i].add_(grad);  // outside the timer: a diagnostic, not the fold
+  if (!reference.empty()) mixed_add_(reference[i], grad);  // outside the timer: a diagnostic, not the fold
   Timer timer{*this};
   const bool overwrite = stale[i];
   stale[i] = 0;
