@@ -389,6 +389,20 @@ TEST_CASE("bitwise resume, K=4 with a bf16 shadow: 10 steps == 5 + resume to 10,
   check_bitwise_resume("gradient_accumulation_steps=4 grad_dtype=bfloat16", false);
 }
 
+TEST_CASE("bitwise resume with remat_policy=full, K=4: 10 steps == 5 + resume to 10", "[resume][remat]") {
+  check_bitwise_resume("gradient_accumulation_steps=4 grad_dtype=float32 remat_policy=full", false);
+}
+
+TEST_CASE("bitwise resume with bf16 AdamW moments (stochastic rounding), K=4: 10 steps == 5 + resume to 10",
+          "[resume][bf16]") {
+  check_bitwise_resume("gradient_accumulation_steps=4 adam_state_dtype=bfloat16", false);
+}
+
+TEST_CASE("bitwise resume, K=4 with a stochastically rounded bf16 shadow: 10 steps == 5 + resume to 10",
+          "[resume][rounding]") {
+  check_bitwise_resume("gradient_accumulation_steps=4 grad_dtype=bfloat16 grad_accum_rounding=stochastic", false);
+}
+
 namespace {
 
 // Resumes the interrupted run base/b with `args`, trains base/a straight with the same args, and checks that b's

@@ -19,6 +19,7 @@
 #include "memory/MemoryMeter.h"
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
+#include "train/Evaluator.h"
 #include "train/CheckpointTopology.h"
 #include "train/LossPlot.h"
 #include "train/MemoryProbe.h"
@@ -37,7 +38,10 @@
 namespace shadowgrad::train {
 
 Training::Training(config::Config cfg)
-    : cfg_(std::move(cfg)), device_(resolve_device(cfg_.hardware)), source_(data::make_source(cfg_)) {
+    : cfg_(std::move(cfg)),
+      device_(resolve_device(cfg_.hardware)),
+      source_(data::make_source(cfg_)),
+      evaluator_(std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
   // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
   if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
 }
@@ -114,7 +118,8 @@ void write_end_of_run_files(const RunDirectory& dir, const RunSummary& summary, 
                                  {"first_loss", summary.first_loss},
                                  {"avg_tokens_per_s", summary.avg_tokens_per_s},
                                  {"train_seconds", summary.seconds},
-                                 {"peak_mem_bytes", double(summary.peak_mem_bytes)}}) + "\n");
+                                 {"peak_mem_bytes", double(summary.peak_mem_bytes)},
+                                 {"eval_loss", summary.eval_loss}}) + "\n");  // null when no evaluation ran
   plot_loss_if_possible(dir.path());
 }
 
@@ -130,6 +135,7 @@ RunSummary finish_from_disk(const StartPoint& start, TrainStep& step, const memo
   summary.avg_tokens_per_s = start.earlier.seconds > 0 ? start.earlier.tokens / start.earlier.seconds : 0;
   // The training steps' peaks are in metrics.jsonl; this process's own peak covers loading the checkpoint.
   summary.peak_mem_bytes = std::max(int64_t(start.earlier.peak_mem_bytes), meter.run_peak());
+  summary.eval_loss = start.earlier.eval_loss;
   if (!start.dir) return summary;
   const bool finalised = std::filesystem::exists(start.dir->file("summary.json"));
   spdlog::info("run {} is already complete at step {}{}", start.dir->path(), start.state.step,
@@ -181,6 +187,7 @@ RunSummary Training::run() {
   RunSummary summary;
   summary.run_dir = start.dir ? start.dir->path() : "";
   summary.first_loss = start.earlier.first_loss;
+  summary.eval_loss = start.earlier.eval_loss;  // a resumed run without a later evaluation keeps the last one
   const int64_t earlier_steps = state.step;
   int64_t total_tokens = 0;
   NonFiniteGuard guard(cfg_.max_consecutive_nonfinite, state);
@@ -200,8 +207,14 @@ RunSummary Training::run() {
     if (s == 0) summary.first_loss = st.loss;
     summary.final_loss = st.loss;
     if (s == 0 && dp) log_optimizer_state(step, *dp);
+    const bool evaluated = evaluator_->due(s + 1);
+    const auto eval_start = std::chrono::steady_clock::now();
+    if (evaluated) summary.eval_loss = evaluator_->run(model, device_, dp.get());
+    const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
     if (metrics) {
-      metrics->write(step_metrics(st, peak, state.skipped_steps));
+      JsonNumbers fields = step_metrics(st, peak, state.skipped_steps);
+      if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary.eval_loss}, {"eval_s", eval_s}});
+      metrics->write(fields);
       const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
       progress.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak});
     }
