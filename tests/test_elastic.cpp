@@ -48,7 +48,7 @@ void require_equal(const checkpoint::FlatOptimizerState& a, const checkpoint::Fl
 
 } // namespace
 
-TEST_CASE("flat optimizer state: AdamW's state cut into slices and put together again is unchanged",
+TEST_CASE("flat optimizer state: AdamW state cut into slices and put together again is unchanged",
           "[elastic][unit]") {
   at::manual_seed(1);
   std::vector<at::Tensor> params = {at::randn({3, 5}), at::randn({7})};
@@ -86,7 +86,7 @@ TEST_CASE("flat optimizer state: AdamW's state cut into slices and put together 
   for (size_t i = 0; i < params.size(); ++i) CHECK(at::equal(params[i], copies[i]));
 }
 
-TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N; a rank that never arrives leaves none",
+TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N and a rank that never arrives leaves none",
           "[elastic][zero]") {
   const std::string run_dir = scratch("zero");
   std::vector<checkpoint::FlatOptimizerState> slices(2);
@@ -161,7 +161,7 @@ TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N; a ra
   fs::remove_all(run_dir);
 }
 
-TEST_CASE("RunLock: one holder at a time, released with the holder; acquire_if_present creates nothing",
+TEST_CASE("RunLock: one holder at a time (released with the holder) and acquire_if_present creates nothing",
           "[elastic][lock]") {
   const std::string dir = scratch("lock");
   CHECK_FALSE(train::RunLock::acquire_if_present(dir).has_value());
