@@ -37,8 +37,12 @@ def cpu_name():
     return platform.processor()
 
 
+LOADS = []  # the 1-minute load average at the start of every timed run
+
+
 def run_measured(cmd, env):
     """Runs cmd with os.wait4 so its own max RSS is known. Returns (stdout, peak MiB)."""
+    LOADS.append(os.getloadavg()[0])
     with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -127,6 +131,9 @@ def main():
     p.add_argument("--model", default="", help="override the seed model: emb,heads,kv_heads,head_dim,mlp,layers,vocab,seq "
                    "(for a quick smoke test of this script)")
     p.add_argument("--skip", default="", help="comma list of sections to skip: limit,peer,scaling,ga")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
+                   help="an extra shadowgrad row in the peer table, run in the same alternation (A B C ...), e.g. "
+                   "'lowest memory:remat_policy=full,grad_dtype=bfloat16'; may be repeated")
     a = p.parse_args()
     a.threads = a.threads or os.cpu_count()
     skip = set(filter(None, a.skip.split(",")))
@@ -178,24 +185,37 @@ def main():
 
     results = {}
     if "peer" not in skip:
+        variants = [(label, tuple(filter(None, keys.split(","))))
+                    for label, _, keys in (v.partition(":") for v in a.variant)]
         print(f"## shadowgrad vs the PyTorch peer (pdbs=1, ga=4, global batch {4 * m['seq']} tokens)\n")
         print("| dtype | run | tokens/s | step s | model GF/s | MFU vs bf16 2048³ | peak RSS MiB |\n"
               "|---|---|---:|---:|---:|---:|---:|")
         for dtype in a.dtypes.split(","):
-            sg, peer = [], []
-            for _ in range(a.repeats):
+            sg, peer, extra = [], [], {label: [] for label, _ in variants}
+            del LOADS[:]
+            for _ in range(a.repeats):  # one round = shadowgrad, the peer, then each variant
                 sg.append(shadowgrad_run(a, env, dtype, 1, 4, a.steps))
                 peer.append(peer_run(a, env, dtype, 1, 4, a.steps))
+                for label, keys in variants:
+                    extra[label].append(shadowgrad_run(a, env, dtype, 1, 4, a.steps, keys))
             results[dtype] = (sg, peer)
-            for label, rs in (("shadowgrad", sg), ("PyTorch peer", peer)):
+            rows = [("shadowgrad", sg), ("PyTorch peer", peer)]
+            rows += [(f"shadowgrad, {label} ({' '.join(keys)})", extra[label]) for label, keys in variants]
+            for label, rs in rows:
                 gfs = [tps(r) * ftok / 1e9 for r in rs]
                 mfu = spread([g / limit_bf16 * 100 for g in gfs], "{:.1f}") + " %" if limit_bf16 else "n/a"
                 print(f"| {dtype} | {label} | {spread([tps(r) for r in rs])} | "
                       f"{spread([r['step_s'] for r in rs], '{:.2f}')} | {spread(gfs)} | {mfu} | "
                       f"{spread([r['peak_mib'] for r in rs])} |")
             ratios = [tps(s) / tps(q) for s, q in zip(sg, peer)]
-            print(f"| {dtype} | **ratio shadowgrad / peer** | **{spread(ratios, '{:.2f}')}×** | | | | |", flush=True)
-        print()
+            print(f"| {dtype} | **ratio shadowgrad / peer** | **{spread(ratios, '{:.2f}')}×** | | | | |")
+            for label, _ in variants:
+                rss = [r["peak_mib"] / q["peak_mib"] for r, q in zip(extra[label], peer)]
+                speed = [tps(r) / tps(q) for r, q in zip(extra[label], peer)]
+                print(f"| {dtype} | ratio {label} / peer | {spread(speed, '{:.2f}')}× | | | | "
+                      f"{spread(rss, '{:.2f}')}× |")
+            print(f"\n{dtype}: {a.repeats} alternating rounds; 1-minute load average at the start of each run "
+                  f"{spread(LOADS, '{:.1f}')}\n", flush=True)
         print("### Where shadowgrad's step goes (median seconds per step, from metrics.jsonl)\n")
         print("| dtype | step | data | forward (+loss) | backward (incl. fold) | fold | clip+optimizer |\n"
               "|---|---:|---:|---:|---:|---:|---:|")
@@ -207,13 +227,22 @@ def main():
 
     if "scaling" not in skip:
         for dtype in a.dtypes.split(","):
-            print(f"## Scaling with K at pdbs=1 ({dtype}, shadowgrad, one run each)\n")
+            print(f"## Scaling with K at pdbs=1 ({dtype}, shadowgrad)\n")
+            ks = list(map(int, a.scaling_ks.split(",")))
+            runs = {k: [] for k in ks}
+            del LOADS[:]
+            for _ in range(a.repeats):  # round robin over K, so a drift in machine speed hits every K
+                for k in ks:
+                    runs[k].append(shadowgrad_run(a, env, dtype, 1, k,
+                                                  a.scaling_steps or max(a.warmup + 2, a.steps // 2)))
             print("| K | step s | step s / K | tokens/s | peak RSS MiB |\n|---:|---:|---:|---:|---:|")
-            for k in map(int, a.scaling_ks.split(",")):
-                r = shadowgrad_run(a, env, dtype, 1, k, a.scaling_steps or max(a.warmup + 2, a.steps // 2))
-                print(f"| {k} | {r['step_s']:.2f} | {r['step_s'] / k:.2f} | {tps(r):.0f} | {r['peak_mib']:.0f} |",
-                      flush=True)
-            print()
+            for k in ks:
+                rs = runs[k]
+                print(f"| {k} | {spread([r['step_s'] for r in rs], '{:.2f}')} | "
+                      f"{spread([r['step_s'] / k for r in rs], '{:.2f}')} | {spread([tps(r) for r in rs])} | "
+                      f"{spread([r['peak_mib'] for r in rs])} |")
+            print(f"\n{a.repeats} rounds; load average at the start of each run {spread(LOADS, '{:.1f}')}\n",
+                  flush=True)
 
     if "ga" not in skip:
         print("## GA overhead at a matched global batch of 4 sequences (shadowgrad)\n")
@@ -221,6 +250,7 @@ def main():
         variants = [(dtype, ()) for dtype in a.dtypes.split(",")]
         if "bfloat16" in a.dtypes.split(","):  # casting the weights once per microbatch instead of once per step
             variants.append(("bfloat16", ("hoist_weight_cast=false",)))
+        del LOADS[:]
         for dtype, extra in variants:
             one, four = [], []
             for _ in range(a.repeats):  # alternating, so a drift in machine speed hits both sides
@@ -230,7 +260,8 @@ def main():
             label = " ".join((dtype,) + extra)
             print(f"| {label} | {spread([tps(r) for r in one])} | {spread([tps(r) for r in four])} | "
                   f"{spread(overhead, '{:+.1f}')} % |", flush=True)
-        print()
+        print(f"\n{a.repeats} alternating pairs per row; load average at the start of each run "
+              f"{spread(LOADS, '{:.1f}')}\n")
     print(f"- load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 

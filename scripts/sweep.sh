@@ -2,7 +2,8 @@
 # Intent: run the trainer once per combination of swept config values and tabulate loss, throughput and peak
 # memory, e.g. to see what gradient_accumulation_steps and grad_dtype cost.
 # Cost: one full trainer run per combination, one after another (the product of the value counts), so a 2x3
-# sweep costs six runs. Finished runs are skipped when the sweep is re-run, so an interrupted sweep resumes.
+# sweep costs six runs. Finished runs are skipped when the sweep is re-run, so an interrupted sweep resumes; a run
+# another sweep of the same DIR is running at that moment is skipped too (never run twice at once).
 #
 # Usage: scripts/sweep.sh CONFIG key=v1,v2,... [key2=a,b ...] [fixed=value ...] [--out DIR]
 #   Keys with commas are swept (Cartesian product, first key outermost); keys without are set in every run.
@@ -115,7 +116,7 @@ on_signal() {
 }
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
-failed=0 n=0
+failed=0 busy=0 n=0
 for combo in "${combos[@]}"; do
   [[ -z $stop ]] || break
   n=$((n + 1))
@@ -124,7 +125,14 @@ for combo in "${combos[@]}"; do
   run_dir=$sweep_dir/$name
   progress="[$n/${#combos[@]}] $name"
   status=ok
-  if [[ -f $run_dir/summary.json ]]; then
+  # One sweep at a time per configuration (flock on DIR/.<run name>.lock, inherited by the trainer): a sweep started
+  # twice on the same DIR skips what the other is running now, so the two share the work instead of doubling it.
+  exec 4>"$sweep_dir/.$name.lock"
+  if ! flock -n 4; then
+    echo "$progress: skipped (another sweep is running it now)"
+    status="running in another sweep"
+    busy=$((busy + 1))
+  elif [[ -f $run_dir/summary.json ]]; then
     echo "$progress: skipped (summary.json exists)"
   else
     # A run dir without summary.json is a failed or interrupted run. With a checkpoint the trainer resumes it
@@ -159,7 +167,8 @@ for combo in "${combos[@]}"; do
     fi
     echo "$progress: $status in $((SECONDS - start))s, log $log"
   fi
-  [[ $status == ok || $status == interrupted ]] || failed=$((failed + 1))
+  exec 4>&-
+  [[ $status == ok || $status == interrupted || $status == "running in another sweep" ]] || failed=$((failed + 1))
   values=()
   for kv in "${overrides[@]}"; do values+=("${kv#*=}"); done
   { printf '%s' "$name" && printf '\t%s' "$status" "${values[@]}" && echo; } >>"$rows"
@@ -169,6 +178,7 @@ echo
 python3 "$repo/scripts/lib/sweep_summary.py" "$sweep_dir" "$(IFS=,; echo "${sweep_keys[*]}")" <"$rows"
 echo
 echo "summary: $sweep_dir/summary.md and summary.csv"
+((busy == 0)) || echo "sweep.sh: $busy runs were being run by another sweep; re-run when it is done to tabulate them"
 if [[ -n $stop ]]; then
   echo "sweep.sh: stopped by SIG$stop after $n of ${#combos[@]} runs; rerun the same command to resume" >&2
   [[ $stop == INT ]] && exit 130

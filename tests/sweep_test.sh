@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Intent: end-to-end test of scripts/sweep.sh with the real trainer: a 2x2 sweep (gradient_accumulation_steps x
 # grad_dtype) on a tiny model must give four `ok` rows, and running it again must skip all four; an incomplete run
-# resumes; one SIGINT stops a sweep (exit 130, the run under way `interrupted`) and a re-run finishes it.
-# Cost: four 3-step trainer runs of a 2-layer, 32-wide model, then a re-run that trains nothing: about 13 s on
-# 2 CPU cores.
+# resumes; one SIGINT stops a sweep (exit 130, the run under way `interrupted`) and a re-run finishes it; two sweeps
+# started at once on one directory share the four runs instead of running any twice.
+# Cost: four 3-step trainer runs of a 2-layer, 32-wide model, a re-run that trains nothing, one resumed run, a
+# stopped and resumed 3-run sweep, and four more runs split between two concurrent sweeps: about a minute on 2 CPU
+# cores.
 #
 # Usage: tests/sweep_test.sh [TRAINER]   (or TRAINER=path; default <repo>/build/trainer)
 # Exit: 0 pass; 1 fail (the sweep directory is kept and its path printed).
@@ -106,6 +108,25 @@ echo "$resumed"
 grep -q "gradient_accumulation_steps-1: resuming" <<<"$resumed" || fail "the interrupted run was not resumed"
 ok_rows=$(awk -F, 'NR > 1 && $NF == "ok"' "$out/summary.csv" | wc -l)
 ((ok_rows == 3)) || fail "expected 3 ok rows after the resumed sweep, got $ok_rows"
+
+echo "== two sweeps started at once on one directory: each configuration runs once, never twice at the same time"
+out=$tmp/sw2
+sweep >"$tmp/a.out" 2>&1 &
+a=$!
+sweep >"$tmp/b.out" 2>&1 &
+b=$!
+rc_a=0 rc_b=0
+wait "$a" || rc_a=$?
+wait "$b" || rc_b=$?
+cat "$tmp/a.out" "$tmp/b.out" | grep '^\[' || true
+((rc_a == 0 && rc_b == 0)) || fail "concurrent sweeps exited $rc_a and $rc_b"
+runs_done=$(cat "$tmp/a.out" "$tmp/b.out" | grep -c ': ok in' || true)
+((runs_done == 4)) || fail "4 configurations were trained $runs_done times in all by the two sweeps"
+for run in gradient_accumulation_steps-{1,2}_grad_dtype-{float32,bfloat16}; do
+  [[ -f $out/$run/summary.json ]] || fail "missing $out/$run/summary.json"
+  [[ $(grep -c 'done:' "$out/$run.log") == 1 ]] || fail "$run.log does not show exactly one finished run"
+  grep -q 'in use by another trainer' "$out/$run.log" && fail "$run was started while another trainer held it"
+done
 
 rm -rf "$tmp"
 echo "sweep_test: PASS"

@@ -2,6 +2,8 @@
 // bf16 gradients; and the stock fallback for cases the fused loop does not take.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/adamw.h>
@@ -78,4 +80,40 @@ TEST_CASE("FusedAdamW moves the parameters the way AdamW does, not merely somewh
   a.step();
   b.step();
   CHECK(rel_diff(p.detach(), q.detach()) > 1e-3);
+}
+
+TEST_CASE("bf16 moments: stochastic rounding within one ulp, unbiased, reproducible, and half the state", "[optimizer][bf16]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto start = at::randn({200000}, gen);
+  const auto grad = at::randn({200000}, gen);
+  auto run = [&](c10::ScalarType state_dtype) {
+    auto p = start.clone().requires_grad_();
+    train::FusedAdamW opt({p}, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}));
+    opt.set_state_dtype(state_dtype);
+    p.mutable_grad() = grad.clone();
+    opt.step();
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*opt.state().begin()->second);
+    return std::make_pair(s.exp_avg().clone(), s.exp_avg_sq().clone());
+  };
+  const auto [m32, v32] = run(at::kFloat);
+  const auto [m16, v16] = run(at::kBFloat16);
+  REQUIRE(m16.scalar_type() == at::kBFloat16);
+  REQUIRE(v16.scalar_type() == at::kBFloat16);
+  CHECK(m16.element_size() * 2 == m32.element_size());
+  const auto [m16b, v16b] = run(at::kBFloat16);
+  CHECK(at::equal(m16, m16b));  // the same bits on a second run: the rounding is a pure function of the step
+  CHECK(at::equal(v16, v16b));
+  for (const auto& [low, exact] : {std::make_pair(m16, m32), std::make_pair(v16, v32)}) {
+    // The error in units of the bf16 spacing at each value: within (-1, 1), and zero on average (round-to-nearest
+    // would also be within 1/2 ulp, but it never rounds a value to the farther neighbour: SR must, often).
+    const auto nearest = exact.to(at::kBFloat16).to(at::kFloat);
+    const auto ulp = at::abs(exact) * std::ldexp(1.0, -7);  // at least the spacing's lower bound, 2^-8 x 2|x|
+    const auto err = (low.to(at::kFloat) - exact) / ulp.clamp_min(1e-30);
+    CHECK(err.abs().max().item<double>() < 1.0);
+    CHECK(std::abs(err.mean().item<double>()) < 0.01);
+    const double farther = (low.to(at::kFloat) != nearest).to(at::kFloat).mean().item<double>();
+    INFO("fraction rounded to the farther neighbour " << farther);
+    CHECK(farther > 0.2);
+    CHECK(farther < 0.3);  // uniform low bits: 1/4 on average
+  }
 }

@@ -12,7 +12,9 @@
 // Installed, the engine header sits next to this file (include/shadowgrad/accumulate/); in the source tree it is
 // src/accumulate/, found through the include path rooted at src/.
 #include "accumulate/ShadowAccumulator.h"
+#include "accumulate/StochasticRounding.h"
 
 namespace shadowgrad {
+using accumulate::Rounding;  // acc.set_rounding(Rounding::kStochastic, seed): see StochasticRounding.h
 using accumulate::ShadowAccumulator;
 } // namespace shadowgrad

@@ -58,7 +58,7 @@ PYBIND11_MODULE(_C, m) {
              return std::make_unique<ShadowAccumulator>(params, to_scalar_type(dtype));
            }),
            py::arg("params"), py::arg("grad_dtype"))
-      .def("begin", &ShadowAccumulator::begin)
+      .def("begin", py::overload_cast<>(&ShadowAccumulator::begin))
       .def("end", &ShadowAccumulator::end)
       .def("global_norm", &ShadowAccumulator::global_norm)
       .def("scale_", &ShadowAccumulator::scale_, py::arg("factor"))

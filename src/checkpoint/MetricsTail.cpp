@@ -47,6 +47,7 @@ MetricsTail truncate_metrics(const std::string& path, int64_t step) {
     tail.tokens += number_after(line, "tokens", 0);
     tail.seconds += number_after(line, "step_time_s", 0);
     tail.peak_mem_bytes = std::max(tail.peak_mem_bytes, number_after(line, "peak_mem_bytes", -1));
+    tail.eval_loss = number_after(line, "eval_loss", tail.eval_loss);
     kept += line + "\n";
   }
   const std::string tmp = path + ".tmp";

@@ -2,6 +2,7 @@
 // Cutting metrics.jsonl back to a checkpoint's step when a run resumes, and reading back what the kept lines say
 // (a run that is finished from disk, without training, takes its summary from them).
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace shadowgrad::checkpoint {
@@ -12,6 +13,7 @@ struct MetricsTail {
   double tokens = 0;             // sum of "tokens" over the kept lines
   double seconds = 0;            // sum of "step_time_s"
   double peak_mem_bytes = -1;    // largest "peak_mem_bytes"; -1 when absent
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();  // the last "eval_loss"; NaN when none
 };
 
 // Drops the lines of metrics.jsonl whose "step" is past `step` (and a torn last line), atomically, so a

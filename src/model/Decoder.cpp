@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "config/Config.h"
+#include "model/Remat.h"
 #include "util/Errors.h"
 
 namespace shadowgrad::model {
@@ -18,6 +19,13 @@ c10::ScalarType dtype_from_name(const std::string& name) {
   if (name == "bfloat16") return c10::kBFloat16;
   if (name == "float16") return c10::kHalf;
   throw ConfigError(fmt::format("unknown dtype '{}': expected float32, bfloat16 or float16", name));
+}
+
+DecoderOptions::Remat remat_from_name(const std::string& name) {
+  if (name == "none") return DecoderOptions::Remat::none;
+  if (name == "full") return DecoderOptions::Remat::full;
+  if (name == "minimal") return DecoderOptions::Remat::minimal;
+  throw ConfigError(fmt::format("unknown remat_policy '{}': expected none, full or minimal", name));
 }
 
 DecoderOptions DecoderOptions::from_config(const config::Config& c) {
@@ -36,6 +44,7 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.weight_dtype = dtype_from_name(c.weight_dtype);
   o.init_seed = static_cast<uint64_t>(c.init_weights_seed);
   o.hoist_weight_cast = c.hoist_weight_cast;
+  o.remat = remat_from_name(c.remat_policy);
   return o;
 }
 
@@ -85,7 +94,12 @@ torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
   // Hoisting caches the cast of a parameter (a leaf), built with grad enabled so that every
   // microbatch's graph shares its cast node: each backward delivers its own gradient through it, as
   // separate casts would. Under no_grad, or for non-leaves, cast afresh.
-  if (!options_.hoist_weight_cast || !weight.is_leaf() || !at::GradMode::is_enabled()) return cast(weight);
+  if (!options_.hoist_weight_cast || !weight.is_leaf()) return cast(weight);
+  if (!at::GradMode::is_enabled()) {
+    // A rematerialised block's forward runs under no_grad: it may read a valid cached cast, but never fills one.
+    auto it = weight_cache_.find(weight.unsafeGetTensorImpl());
+    return it != weight_cache_.end() && it->second.version == weight._version() ? it->second.cast : cast(weight);
+  }
   CachedCast& entry = weight_cache_[weight.unsafeGetTensorImpl()];
   if (!entry.cast.defined() || entry.version != weight._version()) {
     entry = {cast(weight), weight._version()};
@@ -102,8 +116,10 @@ torch::Tensor DecoderImpl::cast(const torch::Tensor& weight) const {
 }
 
 torch::Tensor DecoderImpl::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
-  // Normalise in fp32: a bf16 mean of squares loses too much precision.
-  auto xf = x.to(at::kFloat);
+  // Normalise in fp32: a bf16 mean of squares loses too much precision. For fp32 x, view_as gives the norm's two
+  // uses of x one node, so their gradients are summed before the residual's, as when the norm is rematerialised
+  // (remat_policy=minimal): the same additions in the same order, so the same bits.
+  auto xf = x.scalar_type() == at::kFloat ? x.view_as(x) : x.to(at::kFloat);
   auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, true) + options_.norm_eps);
   return (normed * weight.to(at::kFloat)).to(options_.compute_dtype);
 }
@@ -115,13 +131,40 @@ torch::Tensor DecoderImpl::apply_rope(const torch::Tensor& x) const {
   return x * cos + rotated * sin;
 }
 
+torch::Tensor DecoderImpl::block_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
+  if (!minimal()) return rms_norm(x, weight);
+  return rematerialise({x}, [this, &weight](const std::vector<at::Tensor>& in) { return rms_norm(in[0], weight); });
+}
+
+torch::Tensor DecoderImpl::block(const Block& b, const torch::Tensor& x) {
+  auto body = [this, &b](const std::vector<at::Tensor>& in) {
+    auto y = in[0] + attention(b, in[0]);
+    return y + mlp(b, y);
+  };
+  if (options_.remat == DecoderOptions::Remat::full) return rematerialise({x}, body);
+  return body({x});
+}
+
 torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x) {
   const auto& o = options_;
-  const int64_t B = x.size(0), T = x.size(1), G = o.num_kv_heads, R = o.num_query_heads / o.num_kv_heads;
-  auto h = rms_norm(x, b.attn_norm);
-  auto q = apply_rope(at::linear(h, compute(b.wq)).view({B, T, o.num_query_heads, o.head_dim}).transpose(1, 2));
-  auto k = apply_rope(at::linear(h, compute(b.wk)).view({B, T, G, o.head_dim}).transpose(1, 2));
+  const int64_t B = x.size(0), T = x.size(1), G = o.num_kv_heads;
+  auto h = block_norm(x, b.attn_norm);
+  auto q = at::linear(h, compute(b.wq)).view({B, T, o.num_query_heads, o.head_dim}).transpose(1, 2);
+  auto k = at::linear(h, compute(b.wk)).view({B, T, G, o.head_dim}).transpose(1, 2);
   auto v = at::linear(h, compute(b.wv)).view({B, T, G, o.head_dim}).transpose(1, 2);
+  auto out = minimal() ? rematerialise({q, k, v},
+                                       [this](const std::vector<at::Tensor>& in) {
+                                         return attention_core(in[0], in[1], in[2]);
+                                       })
+                       : attention_core(q, k, v);
+  return at::linear(out, compute(b.wo));
+}
+
+torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const torch::Tensor& k_proj,
+                                          const torch::Tensor& v) const {
+  const auto& o = options_;
+  const int64_t B = q_proj.size(0), T = q_proj.size(2), G = o.num_kv_heads, R = o.num_query_heads / o.num_kv_heads;
+  auto q = apply_rope(q_proj), k = apply_rope(k_proj);
   // Grouped-query attention without copying K/V: the R query heads of a group are stacked along the
   // row dimension, so one batched matmul per group serves them all.
   auto qg = q.mul_(1.0 / std::sqrt(double(o.head_dim))).reshape({B, G, R * T, o.head_dim});  // scale the small side
@@ -131,12 +174,15 @@ torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x) {
   // a cast would, without two extra fp32 [T x T] tensors per head (measured in docs/performance.md).
   auto probs = at::softmax(scores, -1).view({B, G, R * T, T});
   auto out = at::matmul(probs, v).view({B, o.num_query_heads, T, o.head_dim});
-  return at::linear(out.transpose(1, 2).reshape({B, T, o.num_query_heads * o.head_dim}), compute(b.wo));
+  return out.transpose(1, 2).reshape({B, T, o.num_query_heads * o.head_dim});
 }
 
 torch::Tensor DecoderImpl::mlp(const Block& b, const torch::Tensor& x) {
-  auto h = rms_norm(x, b.mlp_norm);
-  auto gated = at::silu(at::linear(h, compute(b.w_gate))) * at::linear(h, compute(b.w_up));
+  auto h = block_norm(x, b.mlp_norm);
+  auto gate = at::linear(h, compute(b.w_gate)), up = at::linear(h, compute(b.w_up));
+  auto gated = minimal() ? rematerialise({gate, up},
+                                         [](const std::vector<at::Tensor>& in) { return at::silu(in[0]) * in[1]; })
+                         : at::silu(gate) * up;
   return at::linear(gated, compute(b.w_down));
 }
 
@@ -153,10 +199,7 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens) {
   auto rows = casts_.gather ? casts_.gather(embedding_, flat, options_.compute_dtype)
                             : compute(embedding_.index_select(0, flat));
   auto x = rows.view({tokens.size(0), tokens.size(1), -1});
-  for (const auto& b : blocks_) {
-    x = x + attention(b, x);
-    x = x + mlp(b, x);
-  }
+  for (const auto& b : blocks_) x = block(b, x);
   return rms_norm(x, final_norm_);
 }
 

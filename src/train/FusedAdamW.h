@@ -10,6 +10,8 @@
 // operations; results agree with AdamW to float rounding (the compiler may fuse multiply-adds differently).
 // fp32 contiguous CPU parameters with an fp32 or bf16 .grad take the fused path; anything else (amsgrad,
 // other dtypes, CUDA) falls back to the stock AdamW step.
+//
+// adam_state_dtype=bfloat16 (set_state_dtype): both moments in bf16 with stochastic rounding (see below).
 #include <torch/optim/adamw.h>
 
 namespace shadowgrad::train {
@@ -18,6 +20,14 @@ class FusedAdamW : public torch::optim::AdamW {
  public:
   using torch::optim::AdamW::AdamW;
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  // kBFloat16 keeps exp_avg and exp_avg_sq in bf16 (half their memory), stored with stochastic rounding whose bits
+  // are a hash of (step, parameter position, moment, element): a resumed run rounds exactly as an unbroken one.
+  // State loaded in another dtype is converted at the next step. Only the fused path supports it.
+  void set_state_dtype(c10::ScalarType dtype) { state_dtype_ = dtype; }
+
+ private:
+  c10::ScalarType state_dtype_ = at::kFloat;
 };
 
 } // namespace shadowgrad::train

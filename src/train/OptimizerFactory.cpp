@@ -16,7 +16,11 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::Config& c,
         params, AdamOptions(c.learning_rate).betas({c.adam_b1, c.adam_b2}).eps(c.adam_eps).weight_decay(c.adam_weight_decay));
   if (c.opt_type == "sgd") return std::make_unique<SGD>(params, SGDOptions(c.learning_rate).weight_decay(c.adam_weight_decay));
   auto options = AdamWOptions(c.learning_rate).betas({c.adam_b1, c.adam_b2}).eps(c.adam_eps).weight_decay(c.adam_weight_decay);
-  if (c.opt_fused) return std::make_unique<FusedAdamW>(params, options);
+  if (c.opt_fused) {
+    auto fused = std::make_unique<FusedAdamW>(params, options);
+    fused->set_state_dtype(c.adam_state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
+    return fused;
+  }
   return std::make_unique<AdamW>(params, options);
 }
 

@@ -1,11 +1,13 @@
 #include "train/StepMetrics.h"
 
+#include <cmath>
+
 #include "train/TrainStep.h"
 
 namespace shadowgrad::train {
 
 JsonNumbers step_metrics(const StepStats& st, int64_t peak_mem_bytes, int64_t skipped_steps) {
-  return {{"step", double(st.step + 1)},
+  JsonNumbers out{{"step", double(st.step + 1)},
           {"loss", st.loss},
           {"grad_norm", st.grad_norm},
           {"lr", st.lr},
@@ -19,6 +21,10 @@ JsonNumbers step_metrics(const StepStats& st, int64_t peak_mem_bytes, int64_t sk
           {"backward_s", st.backward_s},
           {"fold_s", st.fold_s},
           {"optimizer_s", st.optimizer_s}};
+  // Only on the steps that measure them (see FoldNumerics in TrainStep.h).
+  if (!std::isnan(st.grad_rel_error)) out.push_back({"grad_rel_error", st.grad_rel_error});
+  if (!std::isnan(st.underflow_fraction)) out.push_back({"fp16_underflow_fraction", st.underflow_fraction});
+  return out;
 }
 
 } // namespace shadowgrad::train

@@ -5,8 +5,10 @@
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
 
+#include "accumulate/StochasticRounding.h"
 #include "config/Config.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
@@ -29,6 +31,7 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
       schedule_(c.learning_rate, c.schedule_steps(), c.warmup_steps_fraction, c.cosine_learning_rate_final_fraction),
       debug_nan_first_(c.debug_nan_at_step > 0 ? c.debug_nan_at_step - 1 : -1),
       debug_nan_count_(c.debug_nan_num_steps),
+      fidelity_period_(c.grad_fidelity_period),
       accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(),
                                                                    model::dtype_from_name(c.grad_dtype))),
       dp_(std::move(dp)),
@@ -37,6 +40,10 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
                                           : nullptr),
       optimizer_(make_optimizer(c, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
   if (dp_) dp_->verify_same_start(model_->parameters());
+  // Each process rounds its own microbatches: its rank is part of the seed, so their bits differ.
+  accumulator_->set_rounding(accumulate::rounding_from_name(c.grad_accum_rounding),
+                             accumulate::rounding_key(uint64_t(c.grad_accum_rounding_seed),
+                                                      {uint64_t(dp_ ? dp_->rank() : 0)}));
   // Gradients reach the shadow tree in the compute dtype, straight from the cast (see FoldingCast.h).
   if (!c.fold_in_compute_dtype) return;
   auto* engine = accumulator_.get();
@@ -78,7 +85,8 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
                                              : 0.0;
 
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
-  accumulator_->begin();
+  // The window is numbered by the step, so stochastic rounding draws the same bits after a resume.
+  accumulator_->begin(step, fidelity_period_ > 0 && (step + 1) % fidelity_period_ == 0);
   sums.data_s += seconds_since(mark);
   for (int64_t m = 0; m < micro_steps_; ++m) {
     // Contiguous slicing: microbatch m is examples [m*B, (m+1)*B) of the global batch.
@@ -96,6 +104,8 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
   }
   accumulator_->end();
   sums.fold_s = accumulator_->fold_seconds();
+  sums.grad_rel_error = accumulator_->reference_error();
+  if (accumulator_->grad_dtype() == at::kHalf) sums.underflow_fraction = warn_on_underflow(step);
   model_->clear_weight_cache();  // hoist_weight_cast: the cast weights are dead after the last backward
   double loss = loss_sum.item<double>();
   if (dp_) {
@@ -106,6 +116,24 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
   return sums;
 }
 
+double TrainStep::warn_on_underflow(int64_t step) {
+  const accumulate::RoundingLoss loss = accumulator_->rounding_loss();
+  const double fraction = loss.elements > 0 ? double(loss.underflowed) / double(loss.elements) : 0.0;
+  // Stochastic rounding keeps values below fp16's smallest subnormal (6e-8) in expectation: its zeros lose
+  // nothing on average. Round-to-nearest's zeros are gone.
+  const bool lost = accumulator_->rounding() == accumulate::Rounding::kNearest && loss.underflowed > 0;
+  if ((lost || loss.overflowed > 0) && !warned_underflow_) {
+    spdlog::warn("grad_dtype=float16: at step {}, {} of {} folded gradient values ({:.3g}%) underflowed to zero "
+                 "(rounding={}) and {} overflowed to Inf. Lost gradients bias the update: use grad_dtype=bfloat16, or "
+                 "grad_accum_rounding=stochastic (unbiased below fp16's smallest subnormal). metrics.jsonl has "
+                 "fp16_underflow_fraction for every step.",
+                 step + 1, loss.underflowed, loss.elements, 100.0 * fraction,
+                 accumulate::rounding_name(accumulator_->rounding()), loss.overflowed);
+    warned_underflow_ = true;
+  }
+  return fraction;
+}
+
 StepStats TrainStep::run(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   StepStats s;
@@ -114,6 +142,7 @@ StepStats TrainStep::run(int64_t step) {
   s.loss = sums.loss;
   s.tokens = sums.tokens;
   static_cast<PhaseSeconds&>(s) = sums;
+  static_cast<FoldNumerics&>(s) = sums;
   auto mark = Clock::now();
   s.grad_norm = accumulator_->clip_global_norm_(clip_threshold_);
   s.lr = schedule_(step);

@@ -19,12 +19,15 @@
 #include "memory/MemoryMeter.h"
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
+#include "train/Evaluator.h"
+#include "train/CheckpointTopology.h"
 #include "train/LossPlot.h"
 #include "train/MemoryProbe.h"
 #include "train/MetricsWriter.h"
 #include "train/NonFiniteGuard.h"
 #include "train/Progress.h"
 #include "train/RunDirectory.h"
+#include "train/RunLock.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
 #include "train/StepMetrics.h"
@@ -35,7 +38,10 @@
 namespace shadowgrad::train {
 
 Training::Training(config::Config cfg)
-    : cfg_(std::move(cfg)), device_(resolve_device(cfg_.hardware)), source_(data::make_source(cfg_)) {
+    : cfg_(std::move(cfg)),
+      device_(resolve_device(cfg_.hardware)),
+      source_(data::make_source(cfg_)),
+      evaluator_(std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
   // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
   if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
 }
@@ -44,9 +50,11 @@ Training::~Training() = default;
 
 namespace {
 
-// What a run starts from: rank 0's run directory and checkpointer (other ranks write nothing), the step the
-// checkpoint restored, and what the kept part of metrics.jsonl says.
+// What a run starts from: rank 0's lock and run directory, every rank's checkpointer (with ZeRO-1 each rank writes
+// its optimizer shard; without, the others' save() does nothing), the step the checkpoint restored, and what the
+// kept part of metrics.jsonl says.
 struct StartPoint {
+  std::optional<RunLock> lock;  // declared first, released last
   std::optional<RunDirectory> dir;
   std::optional<checkpoint::Checkpointer> checkpoints;
   checkpoint::TrainState state;
@@ -60,33 +68,28 @@ std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c1
   return distributed::DataParallel::from_environment(cfg, device);
 }
 
-// ZeRO-1 spreads the optimizer state over the processes, which one checkpoint of rank 0's cannot restore yet.
-void turn_off_checkpoints_under_zero(config::Config& cfg, const distributed::DataParallel* dp) {
-  if (!dp || !dp->shard_optimizer() || !(cfg.enable_checkpointing || cfg.resume)) return;
-  spdlog::warn("checkpoints are not supported with shard_optimizer_over_data=true yet: enable_checkpointing and "
-               "resume are off");
-  cfg.enable_checkpointing = false;
-  cfg.resume = false;
-}
-
-// Rank 0 creates (or reopens) the run directory and restores the latest checkpoint; without ZeRO-1 every process
-// holds the same weights and the full optimizer state, so the others load the checkpoint rank 0 chose.
+// Rank 0 takes the run directory's lock (before anything looks at an existing directory), creates or reopens it
+// and restores the latest checkpoint; the other processes load the checkpoint rank 0 chose, resharded to this
+// run's process count and ZeRO-1 slices (checkpoint/OptimizerShards.h).
 StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, model::Decoder& model,
-                    torch::optim::Optimizer& optimizer) {
+                    torch::optim::Optimizer& optimizer, const checkpoint::Topology& topology) {
   StartPoint start;
   const int rank = dp ? dp->rank() : 0;
   if (rank == 0) {
+    if (!cfg.run_name.empty()) start.lock = RunLock::acquire_if_present(checkpoint::run_dir_of(cfg));
     start.dir.emplace(RunDirectory::create(cfg, checkpoint::can_resume(cfg)));
-    start.checkpoints.emplace(cfg, start.dir->path());
+    if (!start.lock) start.lock.emplace(RunLock::acquire(start.dir->path()));
+    start.checkpoints.emplace(cfg, start.dir->path(), topology);
     start.state = start.checkpoints->restore(*model, optimizer);
     start.earlier = checkpoint::truncate_metrics(start.dir->file("metrics.jsonl"), start.state.step);
   }
   if (dp) {
-    // The all-reduce is also the barrier: rank 0 has chosen the checkpoint and finished cleaning up before anyone
+    // The collectives are also the barrier: rank 0 has chosen the checkpoint and finished cleaning up before anyone
     // reads.
+    const std::string run_dir = shared_run_dir(topology, start.dir ? start.dir->path() : "");
     const auto resumed = static_cast<int64_t>(dp->global_sum(rank == 0 ? double(start.state.step) : 0.0));
-    if (rank != 0 && resumed > 0)
-      start.state = checkpoint::Checkpointer(cfg, checkpoint::run_dir_of(cfg)).load(resumed, *model, optimizer);
+    if (rank != 0) start.checkpoints.emplace(cfg, run_dir, topology);
+    if (rank != 0 && resumed > 0) start.state = start.checkpoints->load(resumed, *model, optimizer);
     if (resumed > 0) dp->verify_same_start(model->parameters());
   }
   return start;
@@ -115,7 +118,8 @@ void write_end_of_run_files(const RunDirectory& dir, const RunSummary& summary, 
                                  {"first_loss", summary.first_loss},
                                  {"avg_tokens_per_s", summary.avg_tokens_per_s},
                                  {"train_seconds", summary.seconds},
-                                 {"peak_mem_bytes", double(summary.peak_mem_bytes)}}) + "\n");
+                                 {"peak_mem_bytes", double(summary.peak_mem_bytes)},
+                                 {"eval_loss", summary.eval_loss}}) + "\n");  // null when no evaluation ran
   plot_loss_if_possible(dir.path());
 }
 
@@ -131,6 +135,7 @@ RunSummary finish_from_disk(const StartPoint& start, TrainStep& step, const memo
   summary.avg_tokens_per_s = start.earlier.seconds > 0 ? start.earlier.tokens / start.earlier.seconds : 0;
   // The training steps' peaks are in metrics.jsonl; this process's own peak covers loading the checkpoint.
   summary.peak_mem_bytes = std::max(int64_t(start.earlier.peak_mem_bytes), meter.run_peak());
+  summary.eval_loss = start.earlier.eval_loss;
   if (!start.dir) return summary;
   const bool finalised = std::filesystem::exists(start.dir->file("summary.json"));
   spdlog::info("run {} is already complete at step {}{}", start.dir->path(), start.state.step,
@@ -160,8 +165,7 @@ RunSummary Training::run() {
   model->to(device_);
   TrainStep step(cfg_, model, *source_, device_, dp);
 
-  turn_off_checkpoints_under_zero(cfg_, dp.get());
-  StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer());
+  StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(cfg_, step));
   checkpoint::TrainState& state = start.state;
   if (state.step > 0 && state.step == cfg_.steps) return finish_from_disk(start, step, meter);
   std::optional<MetricsWriter> metrics;
@@ -183,6 +187,7 @@ RunSummary Training::run() {
   RunSummary summary;
   summary.run_dir = start.dir ? start.dir->path() : "";
   summary.first_loss = start.earlier.first_loss;
+  summary.eval_loss = start.earlier.eval_loss;  // a resumed run without a later evaluation keeps the last one
   const int64_t earlier_steps = state.step;
   int64_t total_tokens = 0;
   NonFiniteGuard guard(cfg_.max_consecutive_nonfinite, state);
@@ -202,8 +207,14 @@ RunSummary Training::run() {
     if (s == 0) summary.first_loss = st.loss;
     summary.final_loss = st.loss;
     if (s == 0 && dp) log_optimizer_state(step, *dp);
+    const bool evaluated = evaluator_->due(s + 1);
+    const auto eval_start = std::chrono::steady_clock::now();
+    if (evaluated) summary.eval_loss = evaluator_->run(model, device_, dp.get());
+    const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
     if (metrics) {
-      metrics->write(step_metrics(st, peak, state.skipped_steps));
+      JsonNumbers fields = step_metrics(st, peak, state.skipped_steps);
+      if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary.eval_loss}, {"eval_s", eval_s}});
+      metrics->write(fields);
       const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
       progress.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak});
     }
