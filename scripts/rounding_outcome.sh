@@ -6,17 +6,20 @@
 # Cost: four trainer runs at once (niced), by default a 0.75 M-parameter decoder, 100 steps of 32 x 32 tokens:
 # a few minutes each on a quiet 2-core machine. Finished runs are skipped when re-run.
 #
-# Usage: scripts/rounding_outcome.sh [--out DIR] [key=value ...]
-#   key=value overrides apply to every arm (e.g. dataset_type=tokens dataset_path=... for a real corpus, steps=N).
+# Usage: scripts/rounding_outcome.sh [--out DIR] [--arms LIST] [key=value ...]
+#   --arms: a comma-separated subset of fp32,bf16-nearest,bf16-stochastic,bf16-stochastic-seed1 (default: all).
+#   key=value overrides apply to every arm and replace the study's own value of that key (e.g. dataset_type=tokens
+#   dataset_path=... for a real corpus, steps=N).
 #   Writes DIR/<arm>/ (run directories), DIR/<arm>.log and DIR/summary.md (default DIR: runs/rounding-outcome).
 #   "final loss" is the mean training loss of the last 20 steps: with dataset_type=synthetic every step's batch is
 #   new data, so it is a held-out loss; eval_loss is reported too when the trainer logs it.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=runs/rounding-outcome overrides=()
+out=runs/rounding-outcome overrides=() arm_list=fp32,bf16-nearest,bf16-stochastic,bf16-stochastic-seed1
 while (($#)); do
   case $1 in
   --out) out=$2 && shift ;;
+  --arms) arm_list=$2 && shift ;;
   -h | --help) sed -n '/^# Usage:/,/^set -e/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" | grep -v '^set' && exit 0 ;;
   *=*) overrides+=("$1") ;;
   *) echo "rounding_outcome.sh: unknown argument $1" >&2 && exit 2 ;;
@@ -36,7 +39,12 @@ declare -A arms=(
   [bf16-stochastic]="grad_dtype=bfloat16 grad_accum_rounding=stochastic grad_fidelity_period=10"
   [bf16-stochastic-seed1]="grad_dtype=bfloat16 grad_accum_rounding=stochastic grad_accum_rounding_seed=1 grad_fidelity_period=10"
 )
-order=(fp32 bf16-nearest bf16-stochastic bf16-stochastic-seed1)
+IFS=, read -ra order <<<"$arm_list"
+for arm in "${order[@]}"; do [[ -n ${arms[$arm]:-} ]] || { echo "rounding_outcome.sh: unknown arm $arm" >&2 && exit 2; }; done
+# An override replaces the study's own setting of the same key (the trainer rejects a key given twice).
+for o in "${overrides[@]}"; do
+  for i in "${!common[@]}"; do [[ ${common[$i]%%=*} == "${o%%=*}" ]] && unset 'common[i]'; done
+done
 mkdir -p "$out"
 pids=()
 for arm in "${order[@]}"; do
