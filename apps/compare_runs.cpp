@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "VersionLine.h"
+
 #include "compare/InputError.h"
 #include "compare/Report.h"
 #include "compare/RunComparison.h"
@@ -44,6 +46,7 @@ int main(int argc, char **argv) {
   app.add_option("--atol", options.tolerance.atol, "absolute tolerance")->capture_default_str();
   app.add_option("--steps", steps, "inclusive step range FROM:TO, FROM:, :TO or STEP (default: all)");
   app.add_flag("--json", json, "print one JSON object (steps, verdict, counts, max diffs) instead of the table");
+  app.set_version_flag("--version", version_line("compare_runs"));
 
   try {
     app.parse(argc, argv);

@@ -13,6 +13,7 @@
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
+#include "VersionLine.h"
 #include "config/ConfigLoader.h"
 #include "config/ConfigWriter.h"
 #include "memory/MemoryReport.h"
@@ -74,9 +75,10 @@ int main(int argc, char** argv) {
   app.add_flag("--help-config-markdown", help_config_md, "the same as a Markdown table (docs/config.md)");
   app.add_flag("--memory-report", memory_report,
                "run one optimizer step, print the memory report (table, then JSON) and exit; writes no run directory");
+  app.set_version_flag("--version", version_line("trainer"));
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return fail(kExitBadInput, e.what());

@@ -7,6 +7,8 @@ loss / K into .grad. Runs on Debian's python3-torch 1.13 (the same LibTorch as s
 Prints one JSON line per optimizer step: {"step", "seconds", "tokens", "loss"}.
 
   /usr/bin/python3 bench/peer.py --dtype bfloat16 --pdbs 1 --ga 4 --steps 8 --threads 2
+With --shadowgrad bfloat16 (or float32), the same loop accumulates through shadowgrad.ShadowAccumulator instead
+of .grad (needs the module built: scripts/build.sh puts it in build/python); bench/python_pairs.py compares the two.
 Cost: one step of the seed model takes a few seconds on 2 cores.
 """
 import argparse
@@ -126,6 +128,8 @@ def main():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--shadowgrad", choices=["off", "bfloat16", "float32"], default="off",
+                   help="accumulate with shadowgrad.ShadowAccumulator(grad_dtype=...) instead of into .grad")
     a = p.parse_args()
 
     # torch.get_num_threads() is 1 by default with this build; give the peer every core, as the trainer has.
@@ -135,10 +139,17 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     gen = torch.Generator().manual_seed(0)
     bf16 = a.dtype == "bfloat16"
+    acc = None
+    if a.shadowgrad != "off":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "python"))
+        import shadowgrad
+        acc = shadowgrad.ShadowAccumulator(model.parameters(), grad_dtype=getattr(torch, a.shadowgrad))
 
     for step in range(a.steps):
         start = time.perf_counter()
         loss_sum = 0.0
+        if acc:
+            acc.begin()
         for _ in range(a.ga):
             seq = torch.randint(0, a.vocab, (a.pdbs, a.seq + 1), generator=gen)
             x, y = seq[:, :-1], seq[:, 1:]
@@ -147,9 +158,14 @@ def main():
                 loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))  # autocast: fp32
             (loss / a.ga).backward()
             loss_sum += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        if acc:
+            acc.end()
+            acc.clip_grad_norm_(1.0)
+            acc.step(opt)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - start
         print(json.dumps({"step": step + 1, "seconds": seconds, "tokens": a.ga * a.pdbs * a.seq,
                           "loss": loss_sum / a.ga}), flush=True)

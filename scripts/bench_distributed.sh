@@ -8,6 +8,7 @@
 # and the median of each side. Extra key=value pairs go to both (default: configs/base.yml with steps=30).
 # Cost: 2 x R short runs of the default model, about 10 s each on 2 cores.
 set -euo pipefail
+[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 nproc=2
 rounds=3

@@ -3,8 +3,9 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer. Needs Debian's clang (clang-14, libclang-rt-14-dev).
 # Cost: ~1 min to build the target (src/config only: yaml-cpp and fmt, no LibTorch), then SECONDS.
 # Exit 0: no input crashed it. A crashing input is saved as build/fuzz/crash-* and printed.
-#   scripts/fuzz_config.sh 60
+# Usage: scripts/fuzz_config.sh [SECONDS]   e.g. scripts/fuzz_config.sh 60
 set -euo pipefail
+[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 seconds=${1:-60}
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${SHADOWGRAD_FUZZ_DIR:-$root/build/fuzz}"

@@ -3,12 +3,14 @@
 # Intent: data-parallel training on one machine. Starts N trainer processes that meet through c10d::TCPStore on
 # loopback (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT are set for each), like
 # `torchrun --standalone --nproc_per_node N`. Exit code: 0 when every process succeeds; as soon as one fails,
-# the others are stopped (SIGTERM, then SIGKILL after LAUNCH_GRACE_S) and its exit code is returned.
+# the others are stopped (SIGTERM, then SIGKILL after LAUNCH_GRACE_S) and its exit code is returned (rank 0's 2, bad
+# input such as a refused checkpoint, when the others failed only because rank 0 left).
 # Cost: N trainer processes sharing this machine's cores; give each num_threads=<cores/N>.
 # Environment: TRAINER (default build/trainer), MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default: a free
 # port), LAUNCH_GRACE_S (default 5).
 # Multi-node: run the trainer itself on every node with the same variables; see docs/distributed.md.
 set -uo pipefail
+[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 
 usage() { echo "usage: scripts/launch.sh --nproc N CONFIG [key=value ...]" >&2; exit 2; }
 
@@ -68,6 +70,21 @@ for ((left = nproc; left > 0; left--)); do
     for r in "${!pids[@]}"; do [[ ${pids[$r]} == "$finished" ]] && rank=$r; done
     echo "launch.sh: rank $rank (pid $finished) exited with code $code; stopping the other processes" >&2
     rc=$code
+    # Rank 0 checks the run directory and the checkpoint; when it refuses them (exit 2) the others fail only because
+    # it left, and may be reaped first. Report rank 0's code then.
+    if [[ $rank != 0 ]]; then
+      # Exited: a zombie, or already reaped by bash (which keeps the status for `wait`).
+      rank0_exited() { [[ ! -e /proc/${pids[0]} || $(cut -d' ' -f3 "/proc/${pids[0]}/stat" 2>/dev/null) == [ZX] ]]; }
+      for ((i = 0; i < 100; i++)); do  # up to 10 s: tearing down the process group can take a while
+        rank0_exited && break
+        sleep 0.1
+      done
+      if rank0_exited; then
+        wait "${pids[0]}"
+        code=$?
+        ((code != 2)) || { echo "launch.sh: rank 0 exited with code 2 (bad input)" >&2 && rc=2; }
+      fi
+    fi
     stop_all
     break
   fi

@@ -3,11 +3,14 @@
 # seed's model (emb 512, 8+8 heads, mlp 2048, 4 layers, head_dim 64, vocab 32000, seq 512, dtype bfloat16),
 # measured by the tracking allocator, and print them as a Markdown table with a PASS/FAIL check per row;
 # then the weight-cast hoisting trade-off (time and memory, hoist_weight_cast=false vs true).
-# Cost: 6 trainer runs of 3 steps each, one after another: ~20 CPU-seconds per step, so ~8 minutes on an idle
-# 2-core machine (far more when other jobs share the cores). Finished runs are skipped when it is re-run.
+# Cost: 6 trainer runs of 3 steps each, one after another: about 1-3 s per step on an idle 2-core machine, so
+# about 1 minute (more when other jobs share the cores). Finished runs are skipped when it is re-run.
 #
 # Usage: scripts/memory_table.sh [--out DIR] [key=value ...]
-#   Runs go to DIR/<name> (default: a fresh temporary directory); extra key=value overrides apply to every run.
+#   Runs go to DIR/<name> (default: a fresh temporary directory); extra key=value overrides apply to every run and
+#   replace the seed model's value of the same key, e.g. `base_emb_dim=64 vocab_size=256` for a quick small table.
+#   The keys the table varies (gradient_accumulation_steps, per_device_batch_size, grad_dtype, hoist_weight_cast,
+#   steps, run_name, base_output_directory) cannot be overridden.
 #   TRAINER=path overrides the trainer binary (default <repo>/build/trainer, built by scripts/build.sh if absent).
 # Exit: 0 all rows pass; 1 a row fails or a run fails; 2 bad usage.
 set -euo pipefail
@@ -20,6 +23,9 @@ while (($#)); do
   --out) out=$2; shift ;;
   --out=*) out=${1#--out=} ;;
   -h | --help) sed -n '/^# Usage:/,/^# Exit:/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  gradient_accumulation_steps=* | per_device_batch_size=* | grad_dtype=* | hoist_weight_cast=* | steps=* | run_name=* | \
+    base_output_directory=*)
+    echo "memory_table.sh: ${1%%=*} is what the table varies; it cannot be overridden" >&2; exit 2 ;;
   *=*) extra+=("$1") ;;
   *) echo "memory_table.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -31,6 +37,12 @@ mkdir -p "$out"
 
 seed=(base_emb_dim=512 base_num_query_heads=8 base_num_kv_heads=8 base_mlp_dim=2048 base_num_decoder_layers=4
       head_dim=64 vocab_size=32000 max_target_length=512 dtype=bfloat16 log_period=1)
+# An override replaces the seed's value of its key (the trainer refuses a key given twice).
+for kv in "${extra[@]+"${extra[@]}"}"; do
+  kept=()
+  for s in "${seed[@]}"; do [[ ${s%%=*} == "${kv%%=*}" ]] || kept+=("$s"); done
+  seed=("${kept[@]}")
+done
 
 # run NAME STEPS key=value...: one trainer run into $out/NAME (skipped if it already finished).
 run() {

@@ -6,6 +6,7 @@
 # Usage: scripts/plot.sh [--metric KEY] [--out FILE] [--no-install] RUN...
 #        scripts/plot.sh --sweep DIR [--no-install]
 #   RUN is a run directory holding metrics.jsonl. One RUN: writes RUN/<KEY>.png (RUN/loss.png by default);
+#   runs that logged eval_loss get it drawn beside their training loss (marked points, "NAME eval_loss");
 #   several RUNs: one curve each, into --out FILE (required then).
 #   --sweep DIR: writes DIR/loss.png (the runs listed in DIR/summary.csv) and DIR/peak_mem.png (from summary.csv).
 #   --no-install: if gnuplot is missing, do nothing and exit 0 (for the trainer's end-of-run plot).
@@ -81,7 +82,7 @@ extract() {
 
 # plot_curves OUT TITLE NAME1 RUNDIR1 [NAME2 RUNDIR2 ...]: one line per run, metric against step.
 plot_curves() {
-  local png=$1 title=$2 plots=() i=0 points=0
+  local png=$1 title=$2 plots=() eval_plots=() i=0 points=0
   shift 2
   while (($#)); do
     local name=$1 dir=$2 data=$tmp/curve$i.dat
@@ -91,6 +92,11 @@ plot_curves() {
     points=$(($(wc -l <"$data") > points ? $(wc -l <"$data") : points))
     plots+=("$(gp_str "$data") using 1:2 title $(gp_str "$name")")
     i=$((i + 1))
+    # Runs with evaluation (eval_interval > 0): the held-out loss beside the training loss, as marked points.
+    if [[ $metric == loss ]] && extract eval_loss "$dir/metrics.jsonl" "$tmp/curve$i.dat"; then
+      eval_plots+=("$(gp_str "$tmp/curve$i.dat") using 1:2 title $(gp_str "$name eval_loss")")
+      i=$((i + 1))
+    fi
   done
   # Points and a tick per step help read short runs; on long runs they only add ink.
   local style="lines lw 2" xtics=""
@@ -99,6 +105,7 @@ plot_curves() {
   # Dash patterns keep curves that lie on top of each other (identical runs) visible.
   local joined=""
   for i in "${!plots[@]}"; do joined+="${plots[$i]} with $style dt $((i % 5 + 1)), "; done
+  for i in "${!eval_plots[@]}"; do joined+="${eval_plots[$i]} with linespoints lw 2 pt $((i % 4 + 5)) ps 1.2, "; done
   "$gnuplot" <<EOF || { echo "plot.sh: gnuplot failed for $png" >&2 && exit 1; }
 set terminal pngcairo noenhanced size 1000,600
 set output $(gp_str "$png")

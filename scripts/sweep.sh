@@ -2,14 +2,18 @@
 # Intent: run the trainer once per combination of swept config values and tabulate loss, throughput and peak
 # memory, e.g. to see what gradient_accumulation_steps and grad_dtype cost.
 # Cost: one full trainer run per combination, one after another (the product of the value counts), so a 2x3
-# sweep costs six runs. Finished runs are skipped when the sweep is re-run, so an interrupted sweep resumes.
+# sweep costs six runs. Finished runs are skipped when the sweep is re-run, so an interrupted sweep resumes; a run
+# another sweep of the same DIR is running at that moment is skipped too (never run twice at once).
 #
 # Usage: scripts/sweep.sh CONFIG key=v1,v2,... [key2=a,b ...] [fixed=value ...] [--out DIR]
 #   Keys with commas are swept (Cartesian product, first key outermost); keys without are set in every run.
 #   Runs go to DIR/<run name> (default DIR: runs/sweep-<config stem>-<swept keys>-<hash of the arguments>),
 #   each run's output to DIR/<run name>.log, and the table to DIR/summary.csv and DIR/summary.md.
 #   TRAINER=path overrides the trainer binary (default <repo>/build/trainer, built by scripts/build.sh if absent).
-# Exit: 0 every run ok; 1 some run failed (the others still ran); 2 bad usage.
+#   Stop: one Ctrl-C (SIGINT), or SIGTERM to the sweep, lets the run under way checkpoint, starts nothing new,
+#   writes the summary with that run marked `interrupted`, and exits 130 (143). Re-running the same command resumes
+#   the interrupted run from its checkpoint and goes on with the rest.
+# Exit: 0 every run ok; 1 some run failed (the others still ran); 2 bad usage; 130 / 143 stopped by SIGINT / SIGTERM.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -103,15 +107,32 @@ run_name() {
 
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
-failed=0 n=0
+# One signal stops the sweep. The trainer runs in its own session, so a terminal's Ctrl-C reaches it only through
+# this forward (once: a second SIGINT would make it exit without its checkpoint).
+stop="" child=""
+on_signal() {
+  stop=$1
+  [[ -z $child ]] || kill -"$1" "$child" 2>/dev/null || true
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+failed=0 busy=0 n=0
 for combo in "${combos[@]}"; do
+  [[ -z $stop ]] || break
   n=$((n + 1))
   IFS=$'\t' read -ra overrides <<<"$combo"
   name=$(run_name "$combo")
   run_dir=$sweep_dir/$name
   progress="[$n/${#combos[@]}] $name"
   status=ok
-  if [[ -f $run_dir/summary.json ]]; then
+  # One sweep at a time per configuration (flock on DIR/.<run name>.lock, inherited by the trainer): a sweep started
+  # twice on the same DIR skips what the other is running now, so the two share the work instead of doubling it.
+  exec 4>"$sweep_dir/.$name.lock"
+  if ! flock -n 4; then
+    echo "$progress: skipped (another sweep is running it now)"
+    status="running in another sweep"
+    busy=$((busy + 1))
+  elif [[ -f $run_dir/summary.json ]]; then
     echo "$progress: skipped (summary.json exists)"
   else
     # A run dir without summary.json is a failed or interrupted run. With a checkpoint the trainer resumes it
@@ -126,17 +147,28 @@ for combo in "${combos[@]}"; do
     fi
     start=$SECONDS
     rc=0
-    "$trainer" "$config" "${fixed[@]}" "${overrides[@]}" "base_output_directory=$sweep_dir" "run_name=$name" \
-      >&3 2>&3 || rc=$?
+    setsid "$trainer" "$config" "${fixed[@]}" "${overrides[@]}" "base_output_directory=$sweep_dir" "run_name=$name" \
+      >&3 2>&3 &
+    child=$!
+    # A trapped signal ends `wait` early; wait again until the trainer has checkpointed and exited.
+    while :; do
+      rc=0
+      wait "$child" || rc=$?
+      kill -0 "$child" 2>/dev/null || break
+    done
+    child=""
     exec 3>&-
-    if ((rc != 0)); then
+    if [[ -n $stop ]] && ((rc == 130 || rc == 143)); then
+      status=interrupted
+    elif ((rc != 0)); then
       status="failed (exit $rc)"
     elif [[ ! -f $run_dir/summary.json ]]; then
       status="failed (no summary.json)"
     fi
     echo "$progress: $status in $((SECONDS - start))s, log $log"
   fi
-  [[ $status == ok ]] || failed=$((failed + 1))
+  exec 4>&-
+  [[ $status == ok || $status == interrupted || $status == "running in another sweep" ]] || failed=$((failed + 1))
   values=()
   for kv in "${overrides[@]}"; do values+=("${kv#*=}"); done
   { printf '%s' "$name" && printf '\t%s' "$status" "${values[@]}" && echo; } >>"$rows"
@@ -146,6 +178,12 @@ echo
 python3 "$repo/scripts/lib/sweep_summary.py" "$sweep_dir" "$(IFS=,; echo "${sweep_keys[*]}")" <"$rows"
 echo
 echo "summary: $sweep_dir/summary.md and summary.csv"
+((busy == 0)) || echo "sweep.sh: $busy runs were being run by another sweep; re-run when it is done to tabulate them"
+if [[ -n $stop ]]; then
+  echo "sweep.sh: stopped by SIG$stop after $n of ${#combos[@]} runs; rerun the same command to resume" >&2
+  [[ $stop == INT ]] && exit 130
+  exit 143
+fi
 if ((failed)); then
   echo "sweep.sh: $failed of ${#combos[@]} runs failed" >&2
   exit 1

@@ -3,6 +3,7 @@
 # Installs missing packages, builds if needed, and trains with CONFIG (default configs/base.yml).
 # Cost: the default config trains in well under 2 minutes on 2 cores (first build aside).
 set -euo pipefail
+[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"
 install_missing_packages
 build_shadowgrad trainer

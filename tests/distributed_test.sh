@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Intent: multi-process data parallel end to end with the real trainer and scripts/launch.sh on loopback.
 #   - every step's loss over 6 steps on padded data, within 1e-5 relative (fp32 compute): 1 process K=4 against
-#     2 processes K=2 and 4 processes K=1; remat_policy=full against none (bitwise); ZeRO-1 on against off; a bf16
-#     shadow on 2 processes reduced through many buckets against one bucket;
+#     2 processes K=2 and 4 processes K=1, and the same for eval_loss (each process evaluates its slice), and on an
+#     llm.c token file; remat_policy=full against none (bitwise); ZeRO-1 on against off; a bf16 shadow on 2
+#     processes reduced through many buckets against one bucket;
 #   - only rank 0 writes a run directory; the other ranks' logs carry "[rank N]";
 #   - resume: 2 processes trained 3 steps then resumed to 6 give bitwise the losses of 6 straight steps, every rank
 #     loading rank 0's checkpoint; SIGTERM to one rank stops both after the same step with a checkpoint (143);
@@ -58,13 +59,41 @@ same_losses() {  # same_losses A B: every step's loss within 1e-5 relative
   [[ $(grep -c '"step"' "$runs/$1/metrics.jsonl") == 6 ]] || fail "$1 has not 6 steps"
 }
 
-echo "== loss parity: 1 process K=4, 2 processes K=2, 4 processes K=1 (same global batch of 8)"
-run p1_k4 0 gradient_accumulation_steps=4
-run p2_k2 2 gradient_accumulation_steps=2
-run p4_k1 4 gradient_accumulation_steps=1
+echo "== loss and eval_loss parity: 1 process K=4, 2 processes K=2, 4 processes K=1 (same global batch of 8)"
+# eval: 2 batches of 8 sequences in all (eval_per_device_batch_size x processes), each process its slice.
+evals=(eval_interval=3 eval_steps=2)
+run p1_k4 0 gradient_accumulation_steps=4 "${evals[@]}" eval_per_device_batch_size=8
+run p2_k2 2 gradient_accumulation_steps=2 "${evals[@]}" eval_per_device_batch_size=4
+run p4_k1 4 gradient_accumulation_steps=1 "${evals[@]}" eval_per_device_batch_size=2
 same_losses p2_k2 p1_k4
 same_losses p4_k1 p1_k4
-[[ $(ls "$runs" | wc -l) == 3 ]] || fail "expected 3 run directories (rank 0 only), found: $(ls "$runs")"
+same_eval() {  # same_eval A B: eval_loss at steps 3 and 6 within 1e-5 relative
+  local out rc=0
+  out=$("$compare" "$runs/$1" "$runs/$2" --metric eval_loss --rtol 1e-5) || rc=$?
+  echo "$out" | tail -1
+  ((rc == 0)) || { echo "$out" >&2; fail "$1 vs $2: eval_loss differs"; }
+  [[ $(grep -c '"eval_loss"' "$runs/$1/metrics.jsonl") == 2 ]] || fail "$1 has not 2 evaluations"
+}
+same_eval p2_k2 p1_k4
+same_eval p4_k1 p1_k4
+
+echo "== a token file (llm.c uint16): 1 process K=2 against 2 processes K=1, with eval"
+python3 - "$tmp/train.bin" "$tmp/val.bin" <<'PY'
+import struct, sys
+for path, n, seed in ((sys.argv[1], 4000, 1), (sys.argv[2], 16 * 8 + 1, 2)):
+    x, toks = seed, []
+    for i in range(n):
+        x = (x * 1103515245 + 12345) % 2**31
+        toks.append((i + (x >> 20)) % 64 if x % 7 == 0 else i % 64)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + struct.pack(f"<{n}H", *toks))
+PY
+files=(dataset_type=tokens "dataset_path=$tmp/train.bin" "eval_dataset_path=$tmp/val.bin" "${evals[@]}")
+run p1_tokens 0 gradient_accumulation_steps=2 "${files[@]}" eval_per_device_batch_size=4
+run p2_tokens 2 gradient_accumulation_steps=1 "${files[@]}" eval_per_device_batch_size=2
+same_losses p2_tokens p1_tokens
+same_eval p2_tokens p1_tokens
+[[ $(ls "$runs" | wc -l) == 5 ]] || fail "expected 5 run directories (rank 0 only), found: $(ls "$runs")"
 grep -q '\[rank 3\]' "$tmp/p4_k1.log" || fail "no [rank 3] prefix in the 4-process log"
 grep -q 'tokens' "$runs/p4_k1/metrics.jsonl" || fail "no metrics from rank 0"
 # The global batch holds the same valid tokens whatever the split.

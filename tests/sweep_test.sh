@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Intent: end-to-end test of scripts/sweep.sh with the real trainer: a 2x2 sweep (gradient_accumulation_steps x
-# grad_dtype) on a tiny model must give four `ok` rows, and running it again must skip all four.
-# Cost: four 3-step trainer runs of a 2-layer, 32-wide model, then a re-run that trains nothing: about 13 s on
-# 2 CPU cores.
+# grad_dtype) on a tiny model must give four `ok` rows, and running it again must skip all four; an incomplete run
+# resumes; one SIGINT stops a sweep (exit 130, the run under way `interrupted`) and a re-run finishes it; two sweeps
+# started at once on one directory share the four runs instead of running any twice.
+# Cost: four 3-step trainer runs of a 2-layer, 32-wide model, a re-run that trains nothing, one resumed run, a
+# stopped and resumed 3-run sweep, and four more runs split between two concurrent sweeps: about a minute on 2 CPU
+# cores.
 #
 # Usage: tests/sweep_test.sh [TRAINER]   (or TRAINER=path; default <repo>/build/trainer)
 # Exit: 0 pass; 1 fail (the sweep directory is kept and its path printed).
@@ -69,6 +72,61 @@ grep -q "resumed from .*step-2" "$out/$victim.log" || fail "the trainer's log do
 final() { grep -o '"final_loss": [^,}]*' "$1"; }
 [[ $(final "$tmp/uninterrupted.json") == $(final "$out/$victim/summary.json") ]] ||
   fail "resumed final loss $(final "$out/$victim/summary.json") != uninterrupted $(final "$tmp/uninterrupted.json")"
+
+echo "== one SIGINT to a 3-run sweep: the run under way checkpoints, nothing new starts, exit 130"
+out=$tmp/stopped
+set -m  # job control: the background sweep gets its own process group and may trap SIGINT
+"$repo/scripts/sweep.sh" base.yml gradient_accumulation_steps=1,2,4 steps=400 checkpoint_period=1000 \
+  base_emb_dim=32 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 base_mlp_dim=64 head_dim=16 \
+  base_num_query_heads=2 base_num_kv_heads=1 per_device_batch_size=2 num_threads=1 log_period=1 --out "$out" \
+  >"$tmp/stopped.out" 2>&1 &
+sweep_pid=$!
+set +m
+first_run=$out/gradient_accumulation_steps-1
+for _ in $(seq 600); do  # until the first run has trained a few steps (at most 60 s)
+  [[ $(cat "$first_run/metrics.jsonl" 2>/dev/null | wc -l) -ge 3 ]] && break
+  sleep 0.1
+done
+kill -INT "$sweep_pid"
+rc=0
+wait "$sweep_pid" || rc=$?
+cat "$tmp/stopped.out"
+((rc == 130)) || fail "stopped sweep exited $rc, expected 130"
+grep -q "gradient_accumulation_steps-1,.*interrupted$" "$out/summary.csv" || fail "the run under way is not 'interrupted'"
+[[ ! -e $out/gradient_accumulation_steps-2 ]] || fail "a new run was started after the signal"
+compgen -G "$first_run/checkpoints/step-*" >/dev/null || fail "the interrupted run left no checkpoint"
+[[ ! -f $first_run/summary.json ]] || fail "the interrupted run wrote summary.json"
+
+echo "== the same sweep again resumes the interrupted run and finishes all three"
+rc=0
+resumed=$("$repo/scripts/sweep.sh" base.yml gradient_accumulation_steps=1,2,4 steps=400 checkpoint_period=1000 \
+  base_emb_dim=32 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 base_mlp_dim=64 head_dim=16 \
+  base_num_query_heads=2 base_num_kv_heads=1 per_device_batch_size=2 num_threads=1 log_period=1 --out "$out" 2>&1) ||
+  rc=$?
+echo "$resumed"
+((rc == 0)) || fail "resumed sweep exited $rc"
+grep -q "gradient_accumulation_steps-1: resuming" <<<"$resumed" || fail "the interrupted run was not resumed"
+ok_rows=$(awk -F, 'NR > 1 && $NF == "ok"' "$out/summary.csv" | wc -l)
+((ok_rows == 3)) || fail "expected 3 ok rows after the resumed sweep, got $ok_rows"
+
+echo "== two sweeps started at once on one directory: each configuration runs once, never twice at the same time"
+out=$tmp/sw2
+sweep >"$tmp/a.out" 2>&1 &
+a=$!
+sweep >"$tmp/b.out" 2>&1 &
+b=$!
+rc_a=0 rc_b=0
+wait "$a" || rc_a=$?
+wait "$b" || rc_b=$?
+cat "$tmp/a.out" "$tmp/b.out" | grep '^\[' || true
+((rc_a == 0 && rc_b == 0)) || fail "concurrent sweeps exited $rc_a and $rc_b"
+runs_done=$(cat "$tmp/a.out" "$tmp/b.out" | grep -c ': ok in' || true)
+((runs_done == 4)) || fail "4 configurations were trained $runs_done times in all by the two sweeps"
+for run in gradient_accumulation_steps-{1,2}_grad_dtype-{float32,bfloat16}; do
+  [[ -f $out/$run/summary.json ]] || fail "missing $out/$run/summary.json"
+  [[ $(grep -c 'done:' "$out/$run.log") == 1 ]] || fail "$run.log does not show exactly one finished run"
+  grep -q 'in use by another trainer' "$out/$run.log" && fail "$run was started while another trainer held it"
+done
 
 rm -rf "$tmp"
 echo "sweep_test: PASS"

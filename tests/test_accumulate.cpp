@@ -27,7 +27,7 @@ struct Gradients {
 Gradients accumulate_step0(config::Config c) {
   auto source = data::make_source(c);
   train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
-  auto acc = step.accumulate(0);
+  auto acc = step.accumulate_batch(0);
   Gradients g{acc.loss, {}};
   for (const auto& s : step.accumulator().shadows()) g.grads.push_back(s.to(at::kFloat).clone());
   return g;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "TokenFiles.h"
 #include "TrainerProcess.h"
 
 namespace fs = std::filesystem;
@@ -107,6 +108,11 @@ TEST_CASE("bad input: bad dtype name", "[bad-input]") {
                    "invalid value 'float8' for config key 'grad_dtype': expected one of float32|bfloat16|float16");
 }
 
+TEST_CASE("bad input: stochastic rounding on CUDA (the kernel is CPU-only)", "[bad-input]") {
+  expect_bad_input("base.yml grad_accum_rounding=stochastic hardware=cuda",
+                   "grad_accum_rounding=stochastic needs hardware=cpu");
+}
+
 TEST_CASE("bad input: base_num_query_heads not divisible by base_num_kv_heads", "[bad-input]") {
   expect_bad_input("base.yml base_num_query_heads=6 base_num_kv_heads=4",
                    "base_num_query_heads (6) must be a multiple of base_num_kv_heads (4)");
@@ -136,6 +142,75 @@ TEST_CASE("bad input: tokens >= vocab_size", "[bad-input]") {
   const std::string path = file_with("text.txt", std::string(300, 'z'));
   expect_bad_input("base.yml dataset_type=text vocab_size=64 dataset_path=" + path,
                    "byte 122 at offset 0 is >= vocab_size=64");
+}
+
+// Token files (dataset_type=tokens), eval data and the tokenizer: each is rejected before anything is written.
+namespace {
+const std::string kTokens = " dataset_type=tokens steps=2" + tp::kTiny;  // vocab 64, windows of 17 tokens
+std::string tokens_args(const std::string& path) { return "base.yml dataset_path=" + path + kTokens; }
+} // namespace
+
+TEST_CASE("bad input: a token file with a wrong magic", "[bad-input][tokens]") {
+  const auto path = token_files::header_file("magic.bin", 12345, 1, 100, 200);
+  expect_bad_input(tokens_args(path), "dataset_path '" + path + "': magic 12345 is not llm.c's");
+}
+
+TEST_CASE("bad input: a token file with a wrong version", "[bad-input][tokens]") {
+  const auto path = token_files::header_file("version.bin", shadowgrad::data::kLlmcMagicU32, 1, 100, 400);
+  expect_bad_input(tokens_args(path), "llm.c magic 20240801 needs version 7, the header says version 1");
+}
+
+TEST_CASE("bad input: a token file whose header count disagrees with its size", "[bad-input][tokens]") {
+  const auto path = token_files::header_file("count.bin", shadowgrad::data::kLlmcMagicU16, 1, 100, 250);
+  expect_bad_input(tokens_args(path), "the header's token count (100, so 1224 bytes in all) disagrees with the file "
+                                      "size (1274 bytes)");
+}
+
+TEST_CASE("bad input: a truncated token file", "[bad-input][tokens]") {
+  const auto path = token_files::llmc_file("trunc.bin", token_files::counting_tokens(200, 64));
+  fs::resize_file(path, fs::file_size(path) - 3);
+  expect_bad_input(tokens_args(path), "dataset_path '" + path + "' is truncated: the header says 200 tokens");
+}
+
+TEST_CASE("bad input: a token file shorter than one window", "[bad-input][tokens]") {
+  const auto path = token_files::llmc_file("short.bin", token_files::counting_tokens(10, 64));
+  expect_bad_input(tokens_args(path), "holds 10 tokens; max_target_length=16 needs at least 17 (one window)");
+}
+
+TEST_CASE("bad input: a token id >= vocab_size in a token file", "[bad-input][tokens]") {
+  auto tokens = token_files::counting_tokens(300, 64);
+  tokens[123] = 1000;
+  const auto path = token_files::llmc_file("vocab.bin", tokens);
+  expect_bad_input(tokens_args(path), "token id 1000 at position 123 is >= vocab_size=64; raise vocab_size");
+}
+
+TEST_CASE("bad input: a tokenizer vocabulary larger than vocab_size", "[bad-input][tokens]") {
+  const auto data = token_files::llmc_file("ok.bin", token_files::counting_tokens(300, 64));
+  const auto model = token_files::tiny_tokenizer(100);
+  expect_bad_input(tokens_args(data) + " tokenizer_path=" + model,
+                   "tokenizer_path '" + model + "' has a vocabulary of 100 pieces, larger than vocab_size=64");
+}
+
+TEST_CASE("bad input: a missing or unreadable tokenizer model", "[bad-input][tokens]") {
+  const auto data = token_files::llmc_file("ok2.bin", token_files::counting_tokens(300, 64));
+  expect_bad_input(tokens_args(data) + " tokenizer_path=/nonexistent.model",
+                   "tokenizer_path '/nonexistent.model' does not exist");
+  const auto junk = file_with("junk.model", "this is not a protobuf");
+  expect_bad_input(tokens_args(data) + " tokenizer_path=" + junk,
+                   "tokenizer_path '" + junk + "' is not a readable SentencePiece model");
+}
+
+TEST_CASE("bad input: an eval file shorter than one eval batch", "[bad-input][tokens]") {
+  const auto data = token_files::llmc_file("train.bin", token_files::counting_tokens(300, 64));
+  const auto val = token_files::llmc_file("val.bin", token_files::counting_tokens(16 + 1, 64));  // one window
+  expect_bad_input(tokens_args(data) + " eval_interval=1 eval_dataset_path=" + val,
+                   "eval_dataset_path '" + val + "' is shorter than one eval batch: it holds 1 windows");
+}
+
+TEST_CASE("bad input: eval_interval on a token file without eval_dataset_path", "[bad-input][tokens]") {
+  const auto data = token_files::llmc_file("train2.bin", token_files::counting_tokens(300, 64));
+  expect_bad_input(tokens_args(data) + " eval_interval=5", "eval_interval=5 with dataset_type=tokens needs "
+                                                           "eval_dataset_path");
 }
 
 TEST_CASE("bad input: missing config file", "[bad-input]") {
@@ -223,4 +298,27 @@ TEST_CASE("bad input: an output directory under a regular file", "[bad-input]") 
   CHECK(r.code == 2);
   CHECK_THAT(last_line(r.output), Catch::StartsWith("error: cannot create run directory '" + file + "/runs/r'") &&
                                       Catch::Contains("Not a directory"));
+}
+
+TEST_CASE("bad input: resuming with another global batch", "[bad-input][checkpoint]") {
+  const std::string base = finished_run();  // per_device_batch_size=2, K=1, one process
+  expect_resume_error(base, "gradient_accumulation_steps=2",
+                      "was written with a global batch of 2 (per_device_batch_size=2 x gradient_accumulation_steps=1 x "
+                      "WORLD_SIZE=1), but this run's is 4");
+}
+
+TEST_CASE("bad input: a second trainer on a run directory in use", "[bad-input]") {
+  const std::string base = tp::fresh_dir("bad_busy");
+  const std::string args = "base.yml steps=100000 run_name=r base_output_directory=" + base + tp::kTiny;
+  const pid_t first = tp::spawn(args, base + ".first.log");
+  for (int i = 0; i < 600 && !fs::exists(base + "/r/metrics.jsonl"); ++i) ::usleep(100000);
+  const auto r = tp::run(args);
+  ::kill(first, SIGTERM);
+  const int first_code = tp::wait_for(first);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK_THAT(last_line(r.output), Catch::StartsWith("error: run directory '" + base + "/r' is in use by another "
+                                                    "trainer (pid " + std::to_string(first) + " on host "));
+  CHECK(first_code == 143);  // the first run was not disturbed: it stopped on our SIGTERM, with a checkpoint
+  fs::remove(base + ".first.log");
 }

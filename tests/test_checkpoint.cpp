@@ -252,9 +252,16 @@ TEST_CASE("a changed model shape, vocab or optimizer names the key, allowed keys
     CHECK_THROWS_WITH(checkpoint::Checkpointer(other, base + "/r").restore(r.module(), r.step->optimizer()),
                       Catch::Contains("written with " + change.key + "=") && Catch::Contains("cannot change on resume"));
   }
+  // K may change with the global batch kept (per_device_batch_size x K x WORLD_SIZE); alone it changes the data.
+  config::Config other_k = c;
+  other_k.gradient_accumulation_steps = 2;
+  Rig rk(other_k);
+  CHECK_THROWS_WITH(checkpoint::Checkpointer(other_k, base + "/r").restore(rk.module(), rk.step->optimizer()),
+                    Catch::Contains("global batch of 2") && Catch::Contains("gradient_accumulation_steps=1"));
   config::Config longer = c;
   longer.steps = 50;
   longer.gradient_accumulation_steps = 2;
+  longer.per_device_batch_size = 1;
   Rig r(longer);
   CHECK(checkpoint::Checkpointer(longer, base + "/r").restore(r.module(), r.step->optimizer()).step == 1);
 }
@@ -389,6 +396,11 @@ TEST_CASE("bitwise resume with remat_policy=full, K=4: 10 steps == 5 + resume to
 TEST_CASE("bitwise resume with bf16 AdamW moments (stochastic rounding), K=4: 10 steps == 5 + resume to 10",
           "[resume][bf16]") {
   check_bitwise_resume("gradient_accumulation_steps=4 adam_state_dtype=bfloat16", false);
+}
+
+TEST_CASE("bitwise resume, K=4 with a stochastically rounded bf16 shadow: 10 steps == 5 + resume to 10",
+          "[resume][rounding]") {
+  check_bitwise_resume("gradient_accumulation_steps=4 grad_dtype=bfloat16 grad_accum_rounding=stochastic", false);
 }
 
 namespace {

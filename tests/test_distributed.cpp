@@ -18,6 +18,7 @@
 #include <torch/optim/optimizer.h>
 #include <unistd.h>
 
+#include "RankThreads.h"
 #include "TinyConfig.h"
 #include "accumulate/ShadowAccumulator.h"
 #include "data/DataSource.h"
@@ -37,41 +38,6 @@ using namespace shadowgrad;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Runs fn(comm) on `world` threads, one rank each, and returns what each threw ("" when nothing).
-std::vector<std::string> run_ranks(int world, const std::function<void(distributed::Communicator&)>& fn,
-                                   double timeout_s = 30) {
-  static std::atomic<int> counter{0};
-  auto dir = fs::temp_directory_path() / ("sg_dist_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = distributed::Communicator::connect_file((dir / "store").string(), r, world, timeout_s);
-        fn(*comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        if (errors[r].empty()) errors[r] = "(empty message)";
-      }
-    });
-  for (auto& t : threads) t.join();
-  fs::remove_all(dir);
-  return errors;
-}
-
-void require_no_errors(const std::vector<std::string>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) {
-    INFO("rank " << r << ": " << errors[r]);
-    REQUIRE(errors[r].empty());
-  }
-}
-
-std::shared_ptr<distributed::Communicator> share(distributed::Communicator& comm) {
-  return std::shared_ptr<distributed::Communicator>(&comm, [](distributed::Communicator*) {});
-}
 
 config::Config dist_config(int64_t k, int64_t batch) {
   auto c = tiny_config();
@@ -98,7 +64,7 @@ double max_rel_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tens
 std::vector<at::Tensor> single_process_gradient(const config::Config& c) {
   auto source = data::make_source(c);
   train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
-  step.accumulate(0);
+  step.accumulate_batch(0);
   return fp32_copies(step.accumulator().shadows());
 }
 
@@ -188,7 +154,7 @@ TEST_CASE("2 ranks x K=2 reduce to the single-process gradient of the whole glob
     auto source = data::make_source(c);
     train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU),
                           dp);
-    step.accumulate(0);
+    step.accumulate_batch(0);
     grads[comm.rank()] = fp32_copies(step.accumulator().shadows());
   });
   require_no_errors(errors);

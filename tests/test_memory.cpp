@@ -222,8 +222,8 @@ TEST_CASE("hoist_weight_cast gives bit-identical gradients and training, and hol
   for (int64_t s = 0; s < 3; ++s) {
     // Every microbatch's graph shares the hoisted cast: K backwards through it must each deliver
     // their own fp32 gradient to the master weight, exactly as separate casts do.
-    auto a = plain.accumulate(s);
-    auto b = hoist.accumulate(s);
+    auto a = plain.accumulate_batch(s);
+    auto b = hoist.accumulate_batch(s);
     CHECK(a.loss == b.loss);
     const auto& sa = plain.accumulator().shadows();
     const auto& sb = hoist.accumulator().shadows();

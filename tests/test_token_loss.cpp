@@ -100,7 +100,7 @@ TEST_CASE("the trainer's chunked and full-logits loss paths accumulate the same 
     c.loss_chunk_tokens = chunk;
     auto source = data::make_source(c);
     train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
-    auto acc = step.accumulate(0);
+    auto acc = step.accumulate_batch(0);
     std::vector<at::Tensor> out{at::scalar_tensor(acc.loss, at::kDouble)};
     for (const auto& s : step.accumulator().shadows()) out.push_back(s.clone());
     return out;

@@ -3,7 +3,8 @@
 
 SHADOWGRAD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SHADOWGRAD_PACKAGES=(libtorch-dev libgloo-dev libopenblas0-pthread libcli11-dev libspdlog-dev libfmt-dev catch2
-                     libyaml-cpp-dev zlib1g-dev cmake g++ make gnuplot-nox clang-14 libclang-rt-14-dev)
+                     libyaml-cpp-dev zlib1g-dev cmake g++ make gnuplot-nox clang-14 libclang-rt-14-dev
+                     python3-dev pybind11-dev python3-torch libsentencepiece-dev sentencepiece)
 
 # apt-get only when something is missing, and quietly.
 install_missing_packages() {
@@ -24,7 +25,9 @@ build_shadowgrad() {
   local jobs
   jobs=$(nproc 2>/dev/null || echo 2)
   if [ ! -f "$SHADOWGRAD_ROOT/build/Makefile" ]; then
-    cmake -S "$SHADOWGRAD_ROOT" -B "$SHADOWGRAD_ROOT/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    # The Python module must be built for the interpreter that imports Debian's torch (python/CMakeLists.txt).
+    cmake -S "$SHADOWGRAD_ROOT" -B "$SHADOWGRAD_ROOT/build" -DCMAKE_BUILD_TYPE=Release \
+      -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
   fi
   cmake --build "$SHADOWGRAD_ROOT/build" -j "$jobs" -- --no-print-directory "$@"
 }

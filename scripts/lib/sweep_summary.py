@@ -14,6 +14,7 @@ import sys
 
 # summary.json key -> (column, metrics.jsonl key used as fallback)
 METRICS = [("final_loss", "final_loss", "loss"),
+           ("eval_loss", "eval_loss", "eval_loss"),  # the last evaluation; '-' when eval_interval <= 0
            ("avg_tokens_per_s", "tokens_per_s", "tokens_per_s"),
            ("peak_mem_bytes", "peak_mem_bytes", "peak_mem_bytes")]
 
@@ -40,7 +41,7 @@ def fmt(column, value):
         return "-"
     if not math.isfinite(value):
         return str(value)  # "nan" / "inf": a diverged run should say so, not look unknown
-    if column == "final_loss":
+    if column in ("final_loss", "eval_loss"):
         return f"{value:.6g}"
     if column == "tokens_per_s":
         return f"{value:.1f}"

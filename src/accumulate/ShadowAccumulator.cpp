@@ -1,7 +1,9 @@
 #include "accumulate/ShadowAccumulator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -11,17 +13,32 @@
 #include <torch/optim/optimizer.h>
 
 #include "accumulate/FoldingCast.h"
+#include "accumulate/MixedAdd.h"
 #include "accumulate/ShadowState.h"
 
 namespace shadowgrad::accumulate {
 
+namespace {
+
+// t[rows] += sums, in fp32 math, rounded once into t's dtype; rows are distinct.
+void add_rows_nearest(at::Tensor& t, const at::Tensor& rows, const at::Tensor& sums) {
+  t.index_copy_(0, rows, t.index_select(0, rows).to(at::kFloat).add_(sums).to(t.scalar_type()));
+}
+
+} // namespace
+
 void ShadowState::fold(size_t i, const at::Tensor& grad) {
+  if (!reference.empty()) mixed_add_(reference[i], grad);  // outside the timer: a diagnostic, not the fold
   Timer timer{*this};
-  if (stale[i]) {
+  const bool overwrite = stale[i];
+  stale[i] = 0;
+  if (uses_kernel()) {
+    const uint64_t key = next_key(i);
+    loss += overwrite ? round_copy_(shadows[i], grad, key, rounding) : round_add_(shadows[i], grad, key, rounding);
+  } else if (overwrite) {
     shadows[i].copy_(grad);  // == 0 + grad rounded once into grad_dtype (up to the sign of a zero)
-    stale[i] = 0;
   } else {
-    shadows[i].add_(grad);  // fp32 math, rounded once into grad_dtype
+    mixed_add_(shadows[i], grad);  // fp32 math, rounded once into grad_dtype
   }
 }
 
@@ -34,16 +51,34 @@ void ShadowState::settle() {
 }
 
 void ShadowState::fold_rows(size_t i, const at::Tensor& index, const at::Tensor& rows) {
+  // Duplicates summed in fp32 first, in index order (as a dense index_add would).
+  auto [unique, inverse] = at::_unique(index, /*sorted=*/true, /*return_inverse=*/true);
+  auto sums = at::zeros({unique.size(0), rows.size(-1)}, rows.options().dtype(at::kFloat))
+                  .index_add_(0, inverse, rows.reshape({-1, rows.size(-1)}).to(at::kFloat));
+  if (!reference.empty()) add_rows_nearest(reference[i], unique, sums);
   Timer timer{*this};
   if (stale[i]) {
     shadows[i].zero_();  // only some rows are about to be written
     stale[i] = 0;
   }
-  auto [unique, inverse] = at::_unique(index, /*sorted=*/true, /*return_inverse=*/true);
-  auto sums = at::zeros({unique.size(0), rows.size(-1)}, rows.options().dtype(at::kFloat))
-                  .index_add_(0, inverse, rows.reshape({-1, rows.size(-1)}).to(at::kFloat));
-  at::Tensor& shadow = shadows[i];
-  shadow.index_copy_(0, unique, shadow.index_select(0, unique).to(at::kFloat).add_(sums).to(shadow.scalar_type()));
+  if (uses_kernel())
+    loss += round_add_rows_(shadows[i], unique, sums, next_key(i), rounding);
+  else
+    add_rows_nearest(shadows[i], unique, sums);
+}
+
+void ShadowState::close_reference() {
+  if (reference.empty()) return;
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < shadows.size(); ++i) {
+    // One parameter's fp32 difference at a time: no second full-size tree.
+    const double d = at::linalg_vector_norm(shadows[i].to(at::kFloat).sub_(reference[i])).item<double>();
+    const double r = at::linalg_vector_norm(reference[i]).item<double>();
+    diff2 += d * d;
+    ref2 += r * r;
+  }
+  reference_error = ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0;
+  reference.clear();
 }
 
 ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10::ScalarType grad_dtype)
@@ -59,6 +94,7 @@ ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10:
     s.shadows.push_back(at::zeros_like(p, p.options().dtype(grad_dtype)));
   }
   s.stale.assign(s.shadows.size(), 0);
+  for (const auto& t : s.shadows) s.on_cpu = s.on_cpu && t.device().is_cpu();
   std::weak_ptr<ShadowState> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
     auto node = torch::autograd::impl::grad_accumulator(s.params[i]);
@@ -82,19 +118,48 @@ ShadowAccumulator::~ShadowAccumulator() {
   for (size_t i = 0; i < state_->grad_nodes.size(); ++i) state_->grad_nodes[i]->del_post_hook(state_->hook_keys[i]);
 }
 
-void ShadowAccumulator::begin() {
-  for (const auto& p : state_->params)
+void ShadowAccumulator::begin() { begin(state_->window + 1); }
+
+void ShadowAccumulator::begin(int64_t window, bool with_reference) {
+  auto& s = *state_;
+  for (const auto& p : s.params)
     if (p.grad().defined())
       throw std::logic_error("ShadowAccumulator::begin: a parameter already has .grad; it would be folded twice");
-  state_->open = true;
-  state_->folds = 0;
-  state_->fold_seconds = 0;
+  if (window < 0) throw std::invalid_argument("ShadowAccumulator::begin: the window number must be >= 0");
+  s.open = true;
+  s.folds = 0;
+  s.fold_seconds = 0;
+  s.window = window;
+  s.fold_number.assign(s.params.size(), 0);
+  s.loss = {};
+  s.reference_error = std::numeric_limits<double>::quiet_NaN();
+  s.reference.clear();
+  if (!with_reference) return;
+  int64_t bytes = 0;
+  for (const auto& p : s.params) {
+    s.reference.push_back(at::zeros_like(p, p.options().dtype(at::kFloat)));
+    bytes += p.numel() * int64_t(sizeof(float));
+  }
+  s.reference_bytes_high = std::max(s.reference_bytes_high, bytes);
 }
 
 void ShadowAccumulator::end() {
   state_->open = false;
   state_->settle();  // parameters no microbatch reached read as zero
+  state_->close_reference();
 }
+
+void ShadowAccumulator::set_rounding(Rounding rounding, uint64_t seed) {
+  if (rounding == Rounding::kStochastic && !state_->on_cpu)
+    throw std::invalid_argument("ShadowAccumulator: stochastic rounding needs CPU shadows (the kernel is CPU-only)");
+  state_->rounding = rounding;
+  state_->seed = seed;
+}
+
+Rounding ShadowAccumulator::rounding() const { return state_->rounding; }
+double ShadowAccumulator::reference_error() const { return state_->reference_error; }
+int64_t ShadowAccumulator::reference_bytes() const { return state_->reference_bytes_high; }
+RoundingLoss ShadowAccumulator::rounding_loss() const { return state_->loss; }
 
 double ShadowAccumulator::global_norm() const {
   state_->settle();

@@ -28,6 +28,8 @@ class Optimizer;
 namespace shadowgrad::accumulate {
 
 struct ShadowState;
+enum class Rounding : int;  // accumulate/StochasticRounding.h
+struct RoundingLoss;
 
 class ShadowAccumulator {
  public:
@@ -37,10 +39,27 @@ class ShadowAccumulator {
   ShadowAccumulator(const ShadowAccumulator&) = delete;
   ShadowAccumulator& operator=(const ShadowAccumulator&) = delete;
 
-  // Opens an accumulation window: gradients from backward() are folded into the shadow tree.
+  // Opens an accumulation window: gradients from backward() are folded into the shadow tree. Windows are
+  // numbered 0, 1, 2, ...; begin(window) names the number (a trainer passes its optimizer step, so that
+  // stochastic rounding after a resume draws the bits the uninterrupted run drew). `with_reference`: this
+  // window also folds every gradient into an fp32 reference tree (4 B/param until end()), for reference_error().
   void begin();
+  void begin(int64_t window, bool with_reference = false);
   // Closes the window.
   void end();
+
+  // How each fold is rounded into a bfloat16 or float16 shadow (float32 shadows are not rounded). Stochastic
+  // bits come from a hash of (seed, window, the parameter's fold number in the window, parameter, element).
+  void set_rounding(Rounding rounding, uint64_t seed = 0);
+  Rounding rounding() const;
+  // After end() of a window begun with_reference: ||shadow - reference|| / ||reference||, fp32 norms over the
+  // whole tree; 0 for a float32 shadow (the same adds in the same order). NaN for other windows.
+  double reference_error() const;
+  // The most bytes the reference tree has held (0 if no window had one).
+  int64_t reference_bytes() const;
+  // float16 shadows: the elements of the current or last window's folds that underflowed to 0 or overflowed
+  // to Inf (the rest of the fold survived). Zero counts for other dtypes.
+  RoundingLoss rounding_loss() const;
 
   // Global L2 norm of the shadow tree, computed in fp32.
   double global_norm() const;

@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "accumulate/StochasticRounding.h"
+
 namespace torch::autograd {
 struct Node;
 }
@@ -32,6 +34,29 @@ struct ShadowState {
   int64_t folds = 0;
   double fold_seconds = 0;
 
+  // How each fold's fp32 sum is rounded into a bf16/fp16 shadow. Stochastic bits are keyed on (seed, window,
+  // the parameter's fold number within the window, parameter index, element): see StochasticRounding.h.
+  // bf16 + nearest stays on at::add_ (the original path); fp16 always goes through the rounding kernel, which
+  // counts what underflowed (bit for bit add_'s result with nearest).
+  Rounding rounding = Rounding::kNearest;
+  uint64_t seed = 0;
+  int64_t window = -1;                // the trainer's optimizer step, or a count of windows
+  std::vector<int64_t> fold_number;   // per parameter, within the window
+  RoundingLoss loss;                  // of the current or last window (float16 only)
+  // grad_fidelity_period: an fp32 tree that receives the same folds, exactly added, for one window.
+  std::vector<at::Tensor> reference;
+  int64_t reference_bytes_high = 0;
+  double reference_error = 0;         // ||shadow - reference|| / ||reference|| of the last measured window
+
+  // The rounding kernel is CPU code: shadows on another device keep at::add_ (round to nearest, uncounted).
+  bool uses_kernel() const {
+    return on_cpu && (grad_dtype == c10::kHalf || (grad_dtype == c10::kBFloat16 && rounding == Rounding::kStochastic));
+  }
+  bool on_cpu = true;
+  uint64_t next_key(size_t i) {
+    return rounding_key(seed, {uint64_t(window), uint64_t(fold_number[i]++), uint64_t(i)});
+  }
+
   // shadows[i] += grad, computed in fp32 and rounded once into grad_dtype. `grad` may be in any float dtype.
   void fold(size_t i, const at::Tensor& grad);
   // shadows[i][index[r]] += rows[r] for every r: duplicates are summed in fp32 first (in index order, as a
@@ -39,6 +64,8 @@ struct ShadowState {
   void fold_rows(size_t i, const at::Tensor& index, const at::Tensor& rows);
   void mark_all_stale() { stale.assign(shadows.size(), 1); }
   void settle();
+  // Ends a measured window: the relative error of the shadow tree against the reference, then frees it.
+  void close_reference();
 
  private:
   struct Timer {

@@ -3,17 +3,17 @@
 #include <atomic>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <fmt/format.h>
 
 namespace shadowgrad::accumulate {
 
 Rounding rounding_from_name(const std::string& name) {
   if (name == "nearest") return Rounding::kNearest;
   if (name == "stochastic") return Rounding::kStochastic;
-  throw std::invalid_argument(fmt::format("unknown rounding '{}' (nearest|stochastic)", name));
+  throw std::invalid_argument("unknown rounding '" + name + "' (nearest|stochastic)");
 }
 
 const char* rounding_name(Rounding r) { return r == Rounding::kNearest ? "nearest" : "stochastic"; }
@@ -101,8 +101,8 @@ Kernel pick(c10::ScalarType dst, c10::ScalarType src, Rounding rounding) {
   const bool sr = rounding == Rounding::kStochastic, f32 = src == at::kFloat;
   if (dst == at::kBFloat16) return sr ? (f32 ? bf16_sr_from_f32 : bf16_sr_from_bf16) : (f32 ? bf16_rn_from_f32 : bf16_rn_from_bf16);
   if (dst == at::kHalf) return sr ? (f32 ? fp16_sr_from_f32 : fp16_sr_from_bf16) : (f32 ? fp16_rn_from_f32 : fp16_rn_from_bf16);
-  throw std::invalid_argument(fmt::format("rounding: the destination must be bfloat16 or float16, not {}",
-                                          c10::toString(dst)));
+  throw std::invalid_argument(std::string("rounding: the destination must be bfloat16 or float16, not ") +
+                              c10::toString(dst));
 }
 
 void check_destination(const at::Tensor& dst) {
@@ -138,8 +138,8 @@ struct AtomicLoss {
 RoundingLoss round_into(const at::Tensor& dst, const at::Tensor& src_in, uint64_t key, Rounding rounding, bool add) {
   check_destination(dst);
   if (src_in.numel() != dst.numel())
-    throw std::invalid_argument(fmt::format("rounding: {} source elements for {} destination elements",
-                                            src_in.numel(), dst.numel()));
+    throw std::invalid_argument("rounding: " + std::to_string(src_in.numel()) + " source elements for " +
+                                std::to_string(dst.numel()) + " destination elements");
   const at::Tensor src = readable(src_in);
   const Kernel kernel = pick(dst.scalar_type(), src.scalar_type(), rounding);
   auto* d = static_cast<uint16_t*>(dst.data_ptr());
@@ -175,7 +175,8 @@ RoundingLoss round_add_rows_(const at::Tensor& dst, const at::Tensor& rows, cons
   const int64_t* row = index.data_ptr<int64_t>();
   for (int64_t r = 0; r < count; ++r)
     if (row[r] < 0 || row[r] >= row_count)
-      throw std::out_of_range(fmt::format("round_add_rows_: row {} outside [0, {})", row[r], row_count));
+      throw std::out_of_range("round_add_rows_: row " + std::to_string(row[r]) + " outside [0, " +
+                              std::to_string(row_count) + ")");
   auto* d = static_cast<uint16_t*>(dst.data_ptr());
   const auto* s = static_cast<const char*>(values.data_ptr());
   const int64_t bytes = values.element_size();

@@ -23,7 +23,7 @@
 
 namespace shadowgrad::accumulate {
 
-enum class Rounding { kNearest, kStochastic };
+enum class Rounding : int { kNearest, kStochastic };
 
 // "nearest" or "stochastic" (the names of the grad_accum_rounding key); throws std::invalid_argument.
 Rounding rounding_from_name(const std::string& name);
@@ -109,8 +109,8 @@ inline uint16_t bf16_round_nearest(float x) {
 // without branches, so loops over them vectorise (c10's do not, in 1.13).
 inline float fp16_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16, em = h & 0x7FFFu;
-  const uint32_t normal = (em << 13) + 0x38000000u + (em >= 0x7C00u ? 0x38000000u : 0u)  // Inf/NaN: exponent 255
-                          | (em > 0x7C00u ? 0x400000u : 0u);                                 // NaN: quiet
+  const uint32_t normal = ((em << 13) + 0x38000000u + (em >= 0x7C00u ? 0x38000000u : 0u))  // Inf/NaN: exponent 255
+                          | (em > 0x7C00u ? 0x400000u : 0u);                                   // NaN: quiet
   const uint32_t subnormal = float_bits(float(int32_t(em)) * 5.9604644775390625e-8f);       // em * 2^-24, exact
   return float_from_bits(sign | (em < 0x400u ? subnormal : normal));
 }

@@ -19,8 +19,10 @@
 #include <torch/serialize/output-archive.h>
 #include <yaml-cpp/yaml.h>
 
+#include "checkpoint/Archive.h"
 #include "checkpoint/Crc32.h"
 #include "checkpoint/DurableFile.h"
+#include "checkpoint/RunLayout.h"
 #include "config/ConfigSchema.h"
 #include "config/ConfigWriter.h"
 
@@ -35,26 +37,6 @@ std::function<void(const std::string&)>& fault_hook() {
 
 void stage(const std::string& name) {
   if (fault_hook()) fault_hook()(name);
-}
-
-// Streams the archive into `out` as the zip writer produces it: no in-memory copy of the file.
-void serialize(DurableWriter& out, const std::function<void(torch::serialize::OutputArchive&)>& fill) {
-  torch::serialize::OutputArchive archive;
-  fill(archive);
-  // An exception must not cross the zip writer (its destructor would write again and terminate): the first
-  // failure (e.g. a full disk) is kept, later bytes are dropped, and it is rethrown once the writer is done.
-  std::exception_ptr failure;
-  archive.save_to([&](const void* data, size_t size) {
-    if (!failure) {
-      try {
-        out.write(data, size);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-    }
-    return size;
-  });
-  if (failure) std::rethrow_exception(failure);
 }
 
 std::string fnv1a64_hex(const std::string& text) {
@@ -81,7 +63,8 @@ struct Verified {
   std::map<std::string, std::string> files;  // name -> bytes
 };
 
-Verified verify(const std::string& dir) {
+// `topology` decides which optimizer shards this process keeps in memory; every file is checked either way.
+Verified verify(const std::string& dir, const Topology& topology) {
   const std::string manifest_path = dir + "/manifest.yml";
   if (!fs::exists(manifest_path))
     throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is missing", manifest_path));
@@ -100,11 +83,13 @@ Verified verify(const std::string& dir) {
       throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: crc32 {} does not match the "
                                                "manifest's {}",
                                                path, crc, f.crc32));
-    v.files[f.name] = std::move(bytes);
+    if (needed_by(topology, v.manifest, f.name)) v.files[f.name] = std::move(bytes);
   }
-  for (const char* required : {"model.pt", "optimizer.pt", "rng.pt"})
-    if (!v.files.count(required))
-      throw CorruptCheckpointError(fmt::format("checkpoint '{}' lists no {} in its manifest", dir, required));
+  std::vector<std::string> required = optimizer_files(v.manifest);
+  required.insert(required.end(), {"model.pt", "rng.pt"});
+  for (const auto& name : required)
+    if (std::none_of(v.manifest.files.begin(), v.manifest.files.end(), [&](const auto& f) { return f.name == name; }))
+      throw CorruptCheckpointError(fmt::format("checkpoint '{}' lists no {} in its manifest", dir, name));
   return v;
 }
 
@@ -115,8 +100,8 @@ void check_frozen_keys(const Manifest& m, const config::Config& cfg, const std::
     if (it == saved.end()) continue;  // a key added to the list after this checkpoint was written
     if (it->second != value)
       throw InputError(fmt::format("checkpoint '{}' was written with {}={}, but the config has {}={}; {} cannot "
-                                   "change on resume (use a new run_name, or set resume=false)",
-                                   dir, key, it->second, key, value, key));
+                                   "change on resume: use a new run_name, or give {}={} again",
+                                   dir, key, it->second, key, value, key, key, it->second));
   }
 }
 
@@ -143,7 +128,8 @@ void log_changed_keys(const Verified& v, const config::Config& cfg) {
   if (!changes.empty()) spdlog::info("resuming with changed keys: {}", fmt::join(changes, ", "));
 }
 
-void load_into(const Verified& v, torch::nn::Module& model, torch::optim::Optimizer& optimizer, const std::string& dir) {
+void load_into(const Verified& v, torch::nn::Module& model, torch::optim::Optimizer& optimizer, const Topology& topology,
+               const std::string& dir) {
   torch::NoGradGuard no_grad;
   {
     const std::string& bytes = v.files.at("model.pt");
@@ -160,12 +146,7 @@ void load_into(const Verified& v, torch::nn::Module& model, torch::optim::Optimi
       p.value().copy_(saved);
     }
   }
-  {
-    const std::string& bytes = v.files.at("optimizer.pt");
-    torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size());
-    optimizer.load(archive);
-  }
+  load_optimizer_state(v.files, v.manifest, optimizer, topology, dir);
   {
     const std::string& bytes = v.files.at("rng.pt");
     torch::serialize::InputArchive archive;
@@ -180,15 +161,18 @@ void load_into(const Verified& v, torch::nn::Module& model, torch::optim::Optimi
 
 // What restore() and load() both require of a verified step-N directory: its manifest says step N, and the
 // keys that fix the model's and optimizer's shapes match the config.
-void check_loadable(const Verified& v, int64_t step, const config::Config& cfg, const std::string& dir) {
+void check_loadable(const Verified& v, int64_t step, const config::Config& cfg, const Topology& topology,
+                    const std::string& dir) {
   if (v.manifest.state.step != step)
     throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, v.manifest.state.step));
   check_frozen_keys(v.manifest, cfg, dir);
+  check_global_batch(v.manifest, cfg, topology.world_size, dir);
+  log_new_layout(v.manifest, cfg, topology);
 }
 
 TrainState load_and_report(const Verified& v, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                           const std::string& dir) {
-  load_into(v, model, optimizer, dir);
+                           const Topology& topology, const std::string& dir) {
+  load_into(v, model, optimizer, topology, dir);
   spdlog::info("resumed from {} (step {}, {} skipped)", dir, v.manifest.state.step, v.manifest.state.skipped_steps);
   return v.manifest.state;
 }
@@ -217,8 +201,8 @@ bool can_resume(const config::Config& cfg) {
   return false;
 }
 
-Checkpointer::Checkpointer(const config::Config& cfg, std::string run_dir)
-    : cfg_(cfg), dir_(std::move(run_dir) + "/checkpoints") {}
+Checkpointer::Checkpointer(const config::Config& cfg, std::string run_dir, Topology topology)
+    : cfg_(cfg), dir_(std::move(run_dir) + "/checkpoints"), topology_(std::move(topology)) {}
 
 void Checkpointer::set_fault_hook(std::function<void(const std::string&)> hook) { fault_hook() = std::move(hook); }
 
@@ -265,9 +249,14 @@ void Checkpointer::remove_leftovers() const {
 void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   const std::string final_dir = step_dir(state.step);
   const std::string tmp = fmt::format("{}/.tmp-step-{}", dir_, state.step);
+  if (topology_.rank != 0) {
+    save_own_shard(tmp, final_dir, optimizer, topology_);
+    return;
+  }
   const auto start = std::chrono::steady_clock::now();
   int64_t total_bytes = 0;
   std::error_code ec;
+  bool shards_started = false;  // the other ranks wait in save_optimizer_shards until rank 0 gets there
   try {
     fs::create_directories(dir_);
     remove_leftovers();
@@ -280,6 +269,15 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
     m.optimizer_updates = state.step - state.skipped_steps;
     m.frozen = frozen_values(cfg_);
     m.config_fingerprint = fingerprint(m.frozen);
+    record_layout(m, cfg_, topology_);
+    if (topology_.sharded) {
+      shards_started = true;
+      for (const auto& entry : save_optimizer_shards(tmp, optimizer, topology_, /*ready=*/true)) {
+        m.files.push_back(entry);
+        total_bytes += entry.bytes;
+      }
+      stage("optimizer-shards");
+    }
 
     auto put = [&](const std::string& name, const std::function<void(DurableWriter&)>& produce) {
       DurableWriter w(tmp + "/" + name);
@@ -295,7 +293,7 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
     put_archive("model.pt", [&](auto& a) {
       for (const auto& p : model.named_parameters()) a.write(p.key(), p.value().detach());
     });
-    put_archive("optimizer.pt", [&](auto& a) { optimizer.save(a); });
+    if (!topology_.sharded) put_archive("optimizer.pt", [&](auto& a) { optimizer.save(a); });
     put_archive("rng.pt", [&](auto& a) {
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
@@ -319,6 +317,7 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
     stage("renamed");
     fs::remove_all(old, ec);
   } catch (const std::exception& e) {
+    if (topology_.sharded && !shards_started) cancel_shards(tmp, optimizer, topology_);
     fs::remove_all(tmp, ec);
     throw std::runtime_error(fmt::format("cannot write checkpoint '{}': {}; earlier checkpoints are untouched",
                                          final_dir, e.what()));
@@ -358,20 +357,20 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
     const std::string dir = step_dir(*it);
     Verified v;
     try {
-      v = verify(dir);
+      v = verify(dir, topology_);
     } catch (const CorruptCheckpointError& e) {
       if (cfg_.load_checkpoint_step > 0) throw;
       if (first_error.empty()) first_error = e.what();
       spdlog::warn("{}; falling back to the previous checkpoint", e.what());
       continue;
     }
-    check_loadable(v, *it, cfg_, dir);
+    check_loadable(v, *it, cfg_, topology_, dir);
     if (v.manifest.state.step > cfg_.steps)
       throw InputError(fmt::format("checkpoint '{}' is at step {}, past steps={}; raise steps or pick an earlier "
                                    "load_checkpoint_step",
                                    dir, v.manifest.state.step, cfg_.steps));
     log_changed_keys(v, cfg_);
-    return load_and_report(v, model, optimizer, dir);
+    return load_and_report(v, model, optimizer, topology_, dir);
   }
   if (!first_error.empty())
     throw CorruptCheckpointError(first_error + "; no earlier checkpoint is loadable (remove the run directory to "
@@ -381,9 +380,9 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
 
 TrainState Checkpointer::load(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   const std::string dir = step_dir(step);
-  Verified v = verify(dir);
-  check_loadable(v, step, cfg_, dir);
-  return load_and_report(v, model, optimizer, dir);
+  Verified v = verify(dir, topology_);
+  check_loadable(v, step, cfg_, topology_, dir);
+  return load_and_report(v, model, optimizer, topology_, dir);
 }
 
 } // namespace shadowgrad::checkpoint

@@ -11,12 +11,17 @@
 // Writes are atomic: everything goes into checkpoints/.tmp-step-N, every file and the directory are
 // fsync'ed, and only then is it renamed to step-N. A crash at any point leaves the earlier checkpoints
 // complete; a left-over .tmp directory is ignored and removed on the next start.
+//
+// With several processes every rank makes a Checkpointer with the run's Topology and calls save() and load()
+// together; rank 0 writes everything but, with ZeRO-1, each rank's optimizer shard (see OptimizerShards.h).
+// A checkpoint loads into another process count as long as the global batch is the same.
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "checkpoint/Manifest.h"
+#include "checkpoint/OptimizerShards.h"
 #include "config/Config.h"
 
 namespace torch::nn {
@@ -30,7 +35,7 @@ namespace shadowgrad::checkpoint {
 
 class Checkpointer {
  public:
-  Checkpointer(const config::Config& cfg, std::string run_dir);
+  Checkpointer(const config::Config& cfg, std::string run_dir, Topology topology = {});
 
   // True when enable_checkpointing is on and `completed_steps` is a multiple of checkpoint_period or
   // the last step of the run.
@@ -38,7 +43,8 @@ class Checkpointer {
 
   // Writes step-<state.step> atomically, then deletes the oldest beyond max_num_checkpoints_to_keep.
   // Throws std::runtime_error naming the file and the OS reason (e.g. no space left); the earlier
-  // checkpoints are untouched and the temporary directory is removed.
+  // checkpoints are untouched and the temporary directory is removed. Every rank calls it (ranks other than 0
+  // write their optimizer shard with ZeRO-1, and return at once without it).
   void save(const TrainState& state, torch::nn::Module& model, torch::optim::Optimizer& optimizer);
 
   // Loads the checkpoint the config asks for into `model` and `optimizer`, and the RNG state:
@@ -67,6 +73,7 @@ class Checkpointer {
 
   const config::Config& cfg_;
   std::string dir_;  // <run_dir>/checkpoints
+  Topology topology_;
 };
 
 // True when the run directory named by the config holds at least one step-N checkpoint and resume is on.

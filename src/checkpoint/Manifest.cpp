@@ -22,6 +22,11 @@ std::string Manifest::to_text() const {
   out += fmt::format("skipped_steps: {}\n", state.skipped_steps);
   out += fmt::format("consecutive_nonfinite: {}\n", state.consecutive_nonfinite);
   out += fmt::format("config_fingerprint: \"{}\"\n", config_fingerprint);
+  out += fmt::format("global_batch: {}\n", global_batch);
+  out += fmt::format("per_device_batch_size: {}\n", per_device_batch_size);
+  out += fmt::format("gradient_accumulation_steps: {}\n", gradient_accumulation_steps);
+  out += fmt::format("world_size: {}\n", world_size);
+  out += fmt::format("optimizer_shards: {}\n", optimizer_shards);
   out += "frozen_keys:\n";
   for (const auto& [key, value] : frozen) out += fmt::format("  {}: \"{}\"\n", key, value);
   out += "files:\n";
@@ -55,6 +60,12 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
     m.state.skipped_steps = root["skipped_steps"].as<int64_t>();
     m.state.consecutive_nonfinite = root["consecutive_nonfinite"].as<int64_t>();
     m.config_fingerprint = root["config_fingerprint"].as<std::string>();
+    auto optional = [&](const char* key, int64_t absent) { return root[key] ? root[key].as<int64_t>() : absent; };
+    m.global_batch = optional("global_batch", -1);
+    m.per_device_batch_size = optional("per_device_batch_size", -1);
+    m.gradient_accumulation_steps = optional("gradient_accumulation_steps", -1);
+    m.world_size = optional("world_size", -1);
+    m.optimizer_shards = optional("optimizer_shards", 0);
     for (const auto& kv : root["frozen_keys"])
       m.frozen.emplace_back(kv.first.as<std::string>(), kv.second.as<std::string>());
     for (const auto& kv : root["files"])

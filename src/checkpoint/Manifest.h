@@ -15,8 +15,9 @@
 
 namespace shadowgrad::checkpoint {
 
-// Bumped whenever the layout or meaning of a checkpoint changes; newer formats are refused.
-inline constexpr int64_t kFormatVersion = 1;
+// Bumped whenever the layout or meaning of a checkpoint changes; newer formats are refused. Version 2 adds the
+// batch layout and ZeRO-1 optimizer shards; version 1 manifests (without them) still load.
+inline constexpr int64_t kFormatVersion = 2;
 
 // Everything besides tensors that the training loop carries from one step to the next.
 struct TrainState {
@@ -42,6 +43,12 @@ struct Manifest {
   std::string config_fingerprint;                            // FNV-1a 64 of the frozen keys
   std::vector<std::pair<std::string, std::string>> frozen;  // key -> value that must match on resume
   std::vector<FileEntry> files;
+  // How the run that wrote it was laid out (-1: not recorded, a version-1 checkpoint). The data of step s is the
+  // global batch of (seed, s), so only global_batch = per_device_batch_size x gradient_accumulation_steps x
+  // world_size must match on resume; the process count and K may change.
+  int64_t global_batch = -1, per_device_batch_size = -1, gradient_accumulation_steps = -1, world_size = -1;
+  // ZeRO-1: the optimizer state is in this many optimizer-shard-R-of-N.pt files instead of optimizer.pt (0).
+  int64_t optimizer_shards = 0;
 
   std::string to_text() const;
   // Throws CorruptCheckpointError naming `path` when the checksum line, the YAML or a field is wrong.

@@ -1,5 +1,6 @@
 #include "checkpoint/MetricsTail.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -7,6 +8,22 @@
 #include "checkpoint/DurableFile.h"
 
 namespace shadowgrad::checkpoint {
+
+namespace {
+
+// The number after `"key": ` in one metrics line (MetricsWriter's own format), or `fallback` when the key is
+// absent or its value is not a number (a non-finite value is written as null).
+double number_after(const std::string& line, const std::string& key, double fallback) {
+  const std::string tag = "\"" + key + "\": ";
+  const size_t at = line.find(tag);
+  if (at == std::string::npos) return fallback;
+  const char* start = line.c_str() + at + tag.size();
+  char* end = nullptr;
+  const double value = std::strtod(start, &end);
+  return end == start ? fallback : value;
+}
+
+} // namespace
 
 MetricsTail truncate_metrics(const std::string& path, int64_t step) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -21,14 +38,16 @@ MetricsTail truncate_metrics(const std::string& path, int64_t step) {
     if (end == std::string::npos) break;  // a torn last line from a crash
     const std::string line = text.substr(pos, end - pos);
     pos = end + 1;
-    const size_t at = line.find("\"step\": ");
-    if (at == std::string::npos) continue;
-    const int64_t s = std::strtoll(line.c_str() + at + 8, nullptr, 10);
+    const auto s = static_cast<int64_t>(number_after(line, "step", 0));
     if (s < 1 || s > step) continue;
-    const size_t l = line.find("\"loss\": ");
-    const double loss = l == std::string::npos ? nan : std::strtod(line.c_str() + l + 8, nullptr);
+    const double loss = number_after(line, "loss", nan);
     if (s == 1) tail.first_loss = loss;
     tail.last_loss = loss;
+    tail.steps += 1;
+    tail.tokens += number_after(line, "tokens", 0);
+    tail.seconds += number_after(line, "step_time_s", 0);
+    tail.peak_mem_bytes = std::max(tail.peak_mem_bytes, number_after(line, "peak_mem_bytes", -1));
+    tail.eval_loss = number_after(line, "eval_loss", tail.eval_loss);
     kept += line + "\n";
   }
   const std::string tmp = path + ".tmp";

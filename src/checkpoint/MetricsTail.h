@@ -1,16 +1,23 @@
 #pragma once
-// Cutting metrics.jsonl back to a checkpoint's step when a run resumes.
+// Cutting metrics.jsonl back to a checkpoint's step when a run resumes, and reading back what the kept lines say
+// (a run that is finished from disk, without training, takes its summary from them).
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace shadowgrad::checkpoint {
 
 struct MetricsTail {
   double first_loss, last_loss;  // NaN when absent
+  int64_t steps = 0;             // lines kept
+  double tokens = 0;             // sum of "tokens" over the kept lines
+  double seconds = 0;            // sum of "step_time_s"
+  double peak_mem_bytes = -1;    // largest "peak_mem_bytes"; -1 when absent
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();  // the last "eval_loss"; NaN when none
 };
 
 // Drops the lines of metrics.jsonl whose "step" is past `step` (and a torn last line), atomically, so a
-// resumed run has each step once. Returns the losses of the first and last lines kept (for summary.json).
+// resumed run has each step once. Returns what the kept lines say (for summary.json).
 MetricsTail truncate_metrics(const std::string& path, int64_t step);
 
 } // namespace shadowgrad::checkpoint

@@ -33,6 +33,21 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// Held-out evaluation: file data needs a held-out file; synthetic data is endless, so it needs a batch count.
+void validate_eval(const Config& c) {
+  if (c.dataset_type == "synthetic" && !c.eval_dataset_path.empty())
+    throw ConfigError(fmt::format("eval_dataset_path='{}' is set but dataset_type=synthetic; synthetic eval data "
+                                  "comes from the generator", c.eval_dataset_path));
+  if (c.eval_interval <= 0) return;
+  if (c.dataset_type != "synthetic" && c.eval_dataset_path.empty())
+    throw ConfigError(fmt::format("eval_interval={} with dataset_type={} needs eval_dataset_path=<a held-out file> "
+                                  "(build/tokenize writes val.bin); training never reads it",
+                                  c.eval_interval, c.dataset_type));
+  if (c.dataset_type == "synthetic" && c.eval_steps <= 0)
+    throw ConfigError(fmt::format("eval_interval={} with synthetic data needs eval_steps >= 1 (synthetic data has no "
+                                  "end to evaluate up to)", c.eval_interval));
+}
+
 } // namespace
 
 std::string resolve_config_path(const std::string& arg, const std::string& configs_dir) {
@@ -99,9 +114,12 @@ void validate(const Config& c) {
   if (c.head_dim % 2 != 0) fail(fmt::format("head_dim ({}) must be even for RoPE", c.head_dim));
   if (c.dataset_type == "text" && c.dataset_path.empty())
     fail("dataset_type=text needs dataset_path=<a text file>");
+  if (c.dataset_type == "tokens" && c.dataset_path.empty())
+    fail("dataset_type=tokens needs dataset_path=<a token file> (build/tokenize writes train.bin)");
   if (c.dataset_type == "synthetic" && !c.dataset_path.empty())
-    fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text to use it",
+    fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text or tokens to use it",
                      c.dataset_path));
+  validate_eval(c);
   // Keep one global batch within reason: 2^20 sequences would not fit in memory anyway.
   if (c.local_batch() > (int64_t(1) << 20))
     fail(fmt::format("per_device_batch_size ({}) x gradient_accumulation_steps ({}) is too large; "
@@ -118,6 +136,8 @@ void validate(const Config& c) {
                      c.adam_state_dtype, c.opt_type, c.opt_fused));
   if (c.load_checkpoint_step > 0 && c.run_name.empty())
     fail(fmt::format("load_checkpoint_step={} needs run_name=<the run to resume>", c.load_checkpoint_step));
+  if (c.grad_accum_rounding == "stochastic" && c.hardware == "cuda")
+    fail("grad_accum_rounding=stochastic needs hardware=cpu: the rounding kernel is CPU-only so far");
 }
 
 } // namespace shadowgrad::config

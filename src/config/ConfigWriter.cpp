@@ -42,7 +42,7 @@ std::string help_text() {
 std::string markdown_reference() {
   std::string out =
       "# Config reference\n\n"
-      "Generated from `src/config/ConfigKeys.def` by `build/trainer --help-config=markdown`; a test keeps it in sync.\n"
+      "Generated from `src/config/ConfigKeys.def` by `build/trainer --help-config-markdown`; a test keeps it in sync.\n"
       "Set keys in a YAML file (see `configs/base.yml`) or as `key=value` overrides on the command line.\n";
   std::string section;
   for (const auto& k : schema()) {

@@ -21,11 +21,21 @@ class DataSource {
   virtual ~DataSource() = default;
   // Examples [first, first + count) of the global batch of `step` (0-based), each max_length tokens.
   virtual Batch examples(int64_t step, int64_t first, int64_t count) const = 0;
+  // Examples [first, first + count) of the fixed evaluation set: the same at every evaluation. Files give
+  // consecutive windows (example j is tokens [j*T, j*T + T], so each token is a target once); synthetic data
+  // gives examples of a step training never reaches (step -1).
+  virtual Batch eval_examples(int64_t first, int64_t count) const = 0;
+  // How many eval examples there are: (tokens - 1) / T for a file; -1 for endless synthetic data.
+  virtual int64_t eval_capacity() const = 0;
 };
 
-// Builds the source the config asks for. Throws DataError for a missing, empty, binary or too-short
-// file, or a token >= vocab_size.
+// Builds the source the config asks for. Throws DataError for a missing, empty, binary, malformed or too-short
+// file, a token >= vocab_size, or a tokenizer_path that does not load or has more pieces than vocab_size.
 std::unique_ptr<DataSource> make_source(const config::Config& cfg);
+// The held-out source for eval_loss: eval_dataset_path in dataset_type's format, or the synthetic generator;
+// nullptr when eval_interval <= 0. Throws DataError as make_source does, and when the eval file is the training
+// file.
+std::unique_ptr<DataSource> make_eval_source(const config::Config& cfg);
 
 // A 64-bit hash of (seed, step, index): the per-example random stream both sources draw from.
 uint64_t example_hash(uint64_t seed, int64_t step, int64_t index);

@@ -12,6 +12,8 @@ class SyntheticSource : public DataSource {
  public:
   SyntheticSource(uint64_t seed, int64_t vocab_size, int64_t max_length, double min_length_fraction);
   Batch examples(int64_t step, int64_t first, int64_t count) const override;
+  Batch eval_examples(int64_t first, int64_t count) const override { return examples(-1, first, count); }
+  int64_t eval_capacity() const override { return -1; }
 
  private:
   uint64_t seed_;

@@ -12,8 +12,12 @@ namespace shadowgrad::data {
 
 class TextSource : public DataSource {
  public:
-  TextSource(const std::string& path, uint64_t seed, int64_t vocab_size, int64_t max_length);
+  // `key` names the config key in messages ("dataset_path", "eval_dataset_path").
+  TextSource(const std::string& path, uint64_t seed, int64_t vocab_size, int64_t max_length,
+             const std::string& key = "dataset_path");
   Batch examples(int64_t step, int64_t first, int64_t count) const override;
+  Batch eval_examples(int64_t first, int64_t count) const override;
+  int64_t eval_capacity() const override;
 
  private:
   std::vector<uint8_t> bytes_;

@@ -87,25 +87,30 @@ void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc) {
   }
 }
 
-void DataParallel::verify_same_start(const std::vector<at::Tensor>& params) {
+std::vector<int64_t> DataParallel::all_gather_ints(const std::vector<int64_t>& mine) {
   const int world = world_size();
-  at::Tensor mine = at::empty({2}, at::kLong);
-  const uint64_t sums[2] = {config_hash_, checksum(params)};
-  std::memcpy(mine.data_ptr<int64_t>(), sums, sizeof(sums));
-  mine = mine.to(comm_->device());  // NCCL gathers device tensors
-  at::Tensor all = at::empty({world, 2}, mine.options());
+  const auto n = int64_t(mine.size());
+  at::Tensor in = at::empty({n}, at::kLong);
+  std::memcpy(in.data_ptr<int64_t>(), mine.data(), mine.size() * sizeof(int64_t));
+  in = in.to(comm_->device());  // NCCL gathers device tensors
+  at::Tensor all = at::empty({world, n}, in.options());
   std::vector<at::Tensor> out;
   for (int r = 0; r < world; ++r) out.push_back(all[r]);
-  comm_->all_gather(out, mine);
-  all = all.cpu();
+  comm_->all_gather(out, in);
+  all = all.cpu().contiguous();
+  return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + world * n);
+}
+
+void DataParallel::verify_same_start(const std::vector<at::Tensor>& params) {
+  const int world = world_size();
+  const std::vector<int64_t> all = all_gather_ints({int64_t(config_hash_), int64_t(checksum(params))});
   const char* what[2] = {"the resolved config (same CONFIG and key=value overrides on every process)",
                          "the initial weights (same init_weights_seed and model keys on every process)"};
   for (int k = 0; k < 2; ++k)
     for (int r = 1; r < world; ++r)
-      if (all[r][k].item<int64_t>() != all[0][k].item<int64_t>())
+      if (all[2 * r + k] != all[k])
         throw std::runtime_error(fmt::format("rank {} and rank 0 differ in {}: checksum {:016x} vs {:016x}", r,
-                                             what[k], uint64_t(all[r][k].item<int64_t>()),
-                                             uint64_t(all[0][k].item<int64_t>())));
+                                             what[k], uint64_t(all[2 * r + k]), uint64_t(all[k])));
 }
 
 } // namespace shadowgrad::distributed

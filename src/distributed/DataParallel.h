@@ -52,6 +52,9 @@ class DataParallel {
   // accumulator.folds() when reduce_gradients last ran: K x parameters if it ran after the last microbatch.
   int64_t folds_at_last_reduce() const { return folds_at_last_reduce_; }
 
+  // Every process's `mine` (all of one length), concatenated in rank order: one all_gather.
+  std::vector<int64_t> all_gather_ints(const std::vector<int64_t>& mine);
+
   // Checks that every process starts from the same config and the same initial weights: one all_gather of
   // two 64-bit checksums. Throws std::runtime_error naming the ranks that differ.
   void verify_same_start(const std::vector<at::Tensor>& params);

@@ -46,6 +46,7 @@ MemoryReport make_report(const std::vector<at::Tensor>& params, const torch::opt
   r.params_bytes = tensor_bytes(params);
   r.optimizer_state_bytes = optimizer_state_bytes(optimizer);
   r.grad_accumulator_bytes = accumulator.bytes();
+  r.grad_reference_bytes = accumulator.reference_bytes();
   r.peak_bytes = meter.run_peak();
   r.peak_step_bytes = meter.max_step_peak();
   r.steps = steps;
@@ -61,13 +62,14 @@ std::string to_json(const MemoryReport& r) {
       "  \"optimizer_state_bytes\": {},\n"
       "  \"grad_accumulator_bytes\": {},\n"
       "  \"weight_cast_cache_bytes\": {},\n"
+      "  \"grad_reference_bytes\": {},\n"
       "  \"peak_bytes\": {},\n"
       "  \"peak_step_bytes\": {},\n"
       "  \"steps\": {},\n"
       "  \"source\": \"{}\"\n"
       "}}\n",
       r.param_count, r.params_bytes, r.optimizer_state_bytes, r.grad_accumulator_bytes, r.weight_cast_cache_bytes,
-      r.peak_bytes, r.peak_step_bytes, r.steps, r.source);
+      r.grad_reference_bytes, r.peak_bytes, r.peak_step_bytes, r.steps, r.source);
 }
 
 std::string format_table(const MemoryReport& r) {
@@ -76,6 +78,7 @@ std::string format_table(const MemoryReport& r) {
       {"optimizer state", r.optimizer_state_bytes},
       {"grad accumulator (shadow)", r.grad_accumulator_bytes},
       {"weight cast cache", r.weight_cast_cache_bytes},
+      {"fp32 reference (fidelity)", r.grad_reference_bytes},  // grad_fidelity_period steps only
       {"peak, largest step", r.peak_step_bytes},
       {"peak, whole run", r.peak_bytes},
   };

@@ -29,6 +29,7 @@ struct MemoryReport {
   int64_t optimizer_state_bytes = 0;  // e.g. AdamW's two moments; created at the first update
   int64_t grad_accumulator_bytes = 0; // the shadow tree, in grad_dtype
   int64_t weight_cast_cache_bytes = 0;  // hoist_weight_cast: compute-dtype weights held during the GA loop
+  int64_t grad_reference_bytes = 0;   // grad_fidelity_period: the fp32 reference tree, held during measured steps only
   int64_t peak_bytes = -1;            // whole run, including set-up; -1 when not measured
   int64_t peak_step_bytes = -1;       // the largest single-step peak
   int64_t steps = 0;                  // steps measured

@@ -5,8 +5,10 @@
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
 
+#include "accumulate/StochasticRounding.h"
 #include "config/Config.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
@@ -29,6 +31,7 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
       schedule_(c.learning_rate, c.schedule_steps(), c.warmup_steps_fraction, c.cosine_learning_rate_final_fraction),
       debug_nan_first_(c.debug_nan_at_step > 0 ? c.debug_nan_at_step - 1 : -1),
       debug_nan_count_(c.debug_nan_num_steps),
+      fidelity_period_(c.grad_fidelity_period),
       accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(),
                                                                    model::dtype_from_name(c.grad_dtype))),
       dp_(std::move(dp)),
@@ -37,13 +40,17 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
                                           : nullptr),
       optimizer_(make_optimizer(c, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
   if (dp_) dp_->verify_same_start(model_->parameters());
+  // Each process rounds its own microbatches: its rank is part of the seed, so their bits differ.
+  accumulator_->set_rounding(accumulate::rounding_from_name(c.grad_accum_rounding),
+                             accumulate::rounding_key(uint64_t(c.grad_accum_rounding_seed),
+                                                      {uint64_t(dp_ ? dp_->rank() : 0)}));
   // Gradients reach the shadow tree in the compute dtype, straight from the cast (see FoldingCast.h).
   if (!c.fold_in_compute_dtype) return;
-  auto* acc = accumulator_.get();
+  auto* engine = accumulator_.get();
   model_->set_weight_casts(
-      {[acc](const at::Tensor& p, c10::ScalarType dtype) { return acc->cast(p, dtype); },
-       [acc](const at::Tensor& p, const at::Tensor& index, c10::ScalarType dtype) {
-         return acc->gather_rows(p, index, dtype);
+      {[engine](const at::Tensor& p, c10::ScalarType dtype) { return engine->cast(p, dtype); },
+       [engine](const at::Tensor& p, const at::Tensor& index, c10::ScalarType dtype) {
+         return engine->gather_rows(p, index, dtype);
        }});
 }
 
@@ -62,8 +69,8 @@ double seconds_since(Clock::time_point& mark) {
 
 } // namespace
 
-Accumulated TrainStep::accumulate(int64_t step) {
-  Accumulated acc;
+Accumulated TrainStep::accumulate_batch(int64_t step) {
+  Accumulated sums;
   auto mark = Clock::now();
   // The whole global batch is known up front, so its valid-token count is too: every microbatch's
   // loss sum is divided by that one number, and the folded sum is the big-batch gradient.
@@ -71,52 +78,71 @@ Accumulated TrainStep::accumulate(int64_t step) {
   // the count is summed over processes: a shard that is mostly padding gets no extra weight.
   const int64_t local = micro_batch_ * micro_steps_;
   data::Batch batch = source_.examples(step, dp_ ? dp_->rank() * local : 0, local);
-  acc.tokens = dp_ ? dp_->global_tokens(batch.valid_tokens()) : batch.valid_tokens();
+  sums.tokens = dp_ ? dp_->global_tokens(batch.valid_tokens()) : batch.valid_tokens();
   const bool poisoned = debug_nan_first_ >= 0 && step >= debug_nan_first_ && step < debug_nan_first_ + debug_nan_count_;
   const double inv_tokens = poisoned         ? std::numeric_limits<double>::quiet_NaN()  // debug_nan_at_step (tests)
-                            : acc.tokens > 0 ? 1.0 / double(acc.tokens)
+                            : sums.tokens > 0 ? 1.0 / double(sums.tokens)
                                              : 0.0;
 
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
-  accumulator_->begin();
-  acc.data_s += seconds_since(mark);
+  // The window is numbered by the step, so stochastic rounding draws the same bits after a resume.
+  accumulator_->begin(step, fidelity_period_ > 0 && (step + 1) % fidelity_period_ == 0);
+  sums.data_s += seconds_since(mark);
   for (int64_t m = 0; m < micro_steps_; ++m) {
     // Contiguous slicing: microbatch m is examples [m*B, (m+1)*B) of the global batch.
     data::Batch micro = batch.slice(m * micro_batch_, micro_batch_);
     auto tokens = micro.tokens.to(device_), targets = micro.targets.to(device_);
-    acc.data_s += seconds_since(mark);
+    sums.data_s += seconds_since(mark);
     at::Tensor loss = loss_chunk_tokens_ > 0
                           ? linear_token_loss_sum(model_->hidden(tokens), model_->output_weight(), targets,
                                                   loss_chunk_tokens_)
                           : token_loss_sum(model_->forward(tokens), targets);
-    acc.forward_s += seconds_since(mark);
+    sums.forward_s += seconds_since(mark);
     (loss * inv_tokens).backward();
     loss_sum += loss.detach();
-    acc.backward_s += seconds_since(mark);
+    sums.backward_s += seconds_since(mark);
   }
   accumulator_->end();
-  acc.fold_s = accumulator_->fold_seconds();
+  sums.fold_s = accumulator_->fold_seconds();
+  sums.grad_rel_error = accumulator_->reference_error();
+  if (accumulator_->grad_dtype() == at::kHalf) sums.underflow_fraction = warn_on_underflow(step);
   model_->clear_weight_cache();  // hoist_weight_cast: the cast weights are dead after the last backward
   double loss = loss_sum.item<double>();
   if (dp_) {
     dp_->reduce_gradients(*accumulator_);  // the one reduction of the step, after the last microbatch
     loss = dp_->global_sum(loss);
   }
-  acc.loss = loss * inv_tokens;
-  return acc;
+  sums.loss = loss * inv_tokens;
+  return sums;
+}
+
+double TrainStep::warn_on_underflow(int64_t step) {
+  const accumulate::RoundingLoss loss = accumulator_->rounding_loss();
+  const double fraction = loss.elements > 0 ? double(loss.underflowed) / double(loss.elements) : 0.0;
+  // Stochastic rounding keeps values below fp16's smallest subnormal (6e-8) in expectation: its zeros lose
+  // nothing on average. Round-to-nearest's zeros are gone.
+  const bool lost = accumulator_->rounding() == accumulate::Rounding::kNearest && loss.underflowed > 0;
+  if ((lost || loss.overflowed > 0) && !warned_underflow_) {
+    spdlog::warn("grad_dtype=float16: at step {}, {} of {} folded gradient values ({:.3g}%) underflowed to zero "
+                 "(rounding={}) and {} overflowed to Inf. Lost gradients bias the update: use grad_dtype=bfloat16, or "
+                 "grad_accum_rounding=stochastic (unbiased below fp16's smallest subnormal). metrics.jsonl has "
+                 "fp16_underflow_fraction for every step.",
+                 step + 1, loss.underflowed, loss.elements, 100.0 * fraction,
+                 accumulate::rounding_name(accumulator_->rounding()), loss.overflowed);
+    warned_underflow_ = true;
+  }
+  return fraction;
 }
 
 StepStats TrainStep::run(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   StepStats s;
   s.step = step;
-  Accumulated acc = accumulate(step);
-  s.loss = acc.loss;
-  s.tokens = acc.tokens;
-  s.data_s = acc.data_s;
-  s.forward_s = acc.forward_s;
-  s.backward_s = acc.backward_s;
-  s.fold_s = acc.fold_s;
+  const Accumulated sums = accumulate_batch(step);
+  s.loss = sums.loss;
+  s.tokens = sums.tokens;
+  static_cast<PhaseSeconds&>(s) = sums;
+  static_cast<FoldNumerics&>(s) = sums;
   auto mark = Clock::now();
   s.grad_norm = accumulator_->clip_global_norm_(clip_threshold_);
   s.lr = schedule_(step);

@@ -11,6 +11,7 @@
 //
 // With several processes, each takes its own slice [rank*local, (rank+1)*local) of the same global batch, the
 // valid-token count is summed before the loop, and the shadow tree is summed once, after the last microbatch.
+#include <limits>
 #include <memory>
 
 #include <c10/core/Device.h>
@@ -35,23 +36,36 @@ class ShardedOptimizer;
 
 namespace shadowgrad::train {
 
-struct StepStats {
+// Where a step's wall time went (seconds): building the batch, forward + loss, backward (which includes folding
+// each gradient into the shadow tree: fold_s is that part of backward_s).
+struct PhaseSeconds {
+  double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0;
+};
+
+// What the fold cost in accuracy (docs/numerics.md); NaN when not measured this step. Both are this process's
+// folds, before the multi-process reduction.
+struct FoldNumerics {
+  // grad_fidelity_period steps: ||shadow - fp32 reference|| / ||reference||.
+  double grad_rel_error = std::numeric_limits<double>::quiet_NaN();
+  // grad_dtype=float16: the fraction of folded values that underflowed to zero.
+  double underflow_fraction = std::numeric_limits<double>::quiet_NaN();
+};
+
+// The microbatch loop's result: the global batch's token-mean loss and valid-token count.
+struct Accumulated : PhaseSeconds, FoldNumerics {
+  double loss = 0;
+  int64_t tokens = 0;
+};
+
+struct StepStats : PhaseSeconds, FoldNumerics {
   int64_t step = 0;        // 0-based optimizer step
   double loss = 0;         // token-mean loss of the global batch, before the update
   double grad_norm = 0;    // global norm of the accumulated gradient, before clipping
   double lr = 0;
   int64_t tokens = 0;      // valid target tokens in the global batch
   double seconds = 0;
+  double optimizer_s = 0;  // clip + optimizer update
   bool skipped = false;    // loss or grad_norm was non-finite: no update; parameters and optimizer state untouched
-  // Where the step's wall time went (seconds): building the batch, forward + loss, backward (which includes
-  // folding each gradient into the shadow tree: fold_s is that part of backward_s), clip + optimizer update.
-  double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0, optimizer_s = 0;
-};
-
-struct Accumulated {
-  double loss = 0;
-  int64_t tokens = 0;
-  double data_s = 0, forward_s = 0, backward_s = 0, fold_s = 0;
 };
 
 class TrainStep {
@@ -64,14 +78,18 @@ class TrainStep {
 
   // The microbatch loop alone: afterwards the shadow tree holds the gradient of the global batch's
   // token-mean loss, exactly as one un-split batch would give it.
-  Accumulated accumulate(int64_t step);
+  Accumulated accumulate_batch(int64_t step);
 
   accumulate::ShadowAccumulator& accumulator() { return *accumulator_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   distributed::DataParallel* data_parallel() { return dp_.get(); }
+  // ZeRO-1's slice of the optimizer state; null without shard_optimizer_over_data (or with one process).
+  const distributed::ShardedOptimizer* sharded_optimizer() const { return zero_.get(); }
   model::Decoder& model() { return model_; }
 
  private:
+  // float16 shadows: the fraction of this step's folded values that underflowed; warns the first time any did.
+  double warn_on_underflow(int64_t step);
   model::Decoder model_;
   const data::DataSource& source_;
   c10::Device device_;
@@ -80,6 +98,8 @@ class TrainStep {
   int64_t loss_chunk_tokens_;
   LrSchedule schedule_;
   int64_t debug_nan_first_, debug_nan_count_;  // 0-based first poisoned step (testing only); -1 off
+  int64_t fidelity_period_;                     // grad_fidelity_period
+  bool warned_underflow_ = false;
   std::unique_ptr<accumulate::ShadowAccumulator> accumulator_;
   std::shared_ptr<distributed::DataParallel> dp_;        // null for one process
   std::unique_ptr<distributed::ShardedOptimizer> zero_;  // ZeRO-1: set when dp_ and shard_optimizer_over_data

@@ -1,6 +1,7 @@
 #include "train/Training.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <csignal>
 #include <filesystem>
@@ -18,14 +19,18 @@
 #include "memory/MemoryMeter.h"
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
+#include "train/Evaluator.h"
+#include "train/CheckpointTopology.h"
 #include "train/LossPlot.h"
 #include "train/MemoryProbe.h"
 #include "train/MetricsWriter.h"
 #include "train/NonFiniteGuard.h"
 #include "train/Progress.h"
 #include "train/RunDirectory.h"
+#include "train/RunLock.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
+#include "train/StepMetrics.h"
 #include "train/StepProfiler.h"
 #include "train/TrainStep.h"
 #include "util/Errors.h"
@@ -33,7 +38,10 @@
 namespace shadowgrad::train {
 
 Training::Training(config::Config cfg)
-    : cfg_(std::move(cfg)), device_(resolve_device(cfg_.hardware)), source_(data::make_source(cfg_)) {
+    : cfg_(std::move(cfg)),
+      device_(resolve_device(cfg_.hardware)),
+      source_(data::make_source(cfg_)),
+      evaluator_(std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
   // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
   if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
 }
@@ -41,6 +49,51 @@ Training::Training(config::Config cfg)
 Training::~Training() = default;
 
 namespace {
+
+// What a run starts from: rank 0's lock and run directory, every rank's checkpointer (with ZeRO-1 each rank writes
+// its optimizer shard; without, the others' save() does nothing), the step the checkpoint restored, and what the
+// kept part of metrics.jsonl says.
+struct StartPoint {
+  std::optional<RunLock> lock;  // declared first, released last
+  std::optional<RunDirectory> dir;
+  std::optional<checkpoint::Checkpointer> checkpoints;
+  checkpoint::TrainState state;
+  checkpoint::MetricsTail earlier{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+};
+
+// Several processes (RANK/WORLD_SIZE set): connect first; every log line then carries the rank. Null for one.
+std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c10::Device device) {
+  const auto env = distributed::ProcessEnvironment::from_environment();
+  if (env.distributed()) spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%^%l%$] %v", env.rank));
+  return distributed::DataParallel::from_environment(cfg, device);
+}
+
+// Rank 0 takes the run directory's lock (before anything looks at an existing directory), creates or reopens it
+// and restores the latest checkpoint; the other processes load the checkpoint rank 0 chose, resharded to this
+// run's process count and ZeRO-1 slices (checkpoint/OptimizerShards.h).
+StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, model::Decoder& model,
+                    torch::optim::Optimizer& optimizer, const checkpoint::Topology& topology) {
+  StartPoint start;
+  const int rank = dp ? dp->rank() : 0;
+  if (rank == 0) {
+    if (!cfg.run_name.empty()) start.lock = RunLock::acquire_if_present(checkpoint::run_dir_of(cfg));
+    start.dir.emplace(RunDirectory::create(cfg, checkpoint::can_resume(cfg)));
+    if (!start.lock) start.lock.emplace(RunLock::acquire(start.dir->path()));
+    start.checkpoints.emplace(cfg, start.dir->path(), topology);
+    start.state = start.checkpoints->restore(*model, optimizer);
+    start.earlier = checkpoint::truncate_metrics(start.dir->file("metrics.jsonl"), start.state.step);
+  }
+  if (dp) {
+    // The collectives are also the barrier: rank 0 has chosen the checkpoint and finished cleaning up before anyone
+    // reads.
+    const std::string run_dir = shared_run_dir(topology, start.dir ? start.dir->path() : "");
+    const auto resumed = static_cast<int64_t>(dp->global_sum(rank == 0 ? double(start.state.step) : 0.0));
+    if (rank != 0) start.checkpoints.emplace(cfg, run_dir, topology);
+    if (rank != 0 && resumed > 0) start.state = start.checkpoints->load(resumed, *model, optimizer);
+    if (resumed > 0) dp->verify_same_start(model->parameters());
+  }
+  return start;
+}
 
 // Optimizer state held by this process; with shard_optimizer_over_data it is about 1/WORLD_SIZE of the full state.
 void log_optimizer_state(TrainStep& step, distributed::DataParallel& dp) {
@@ -55,6 +108,48 @@ void log_optimizer_state(TrainStep& step, distributed::DataParallel& dp) {
                mine, full > 0 ? 100.0 * double(mine) / full : 0.0, int64_t(full), dp.world_size());
 }
 
+// summary.json, memory_report.json (also printed) and loss.png: the files a finished run leaves behind.
+void write_end_of_run_files(const RunDirectory& dir, const RunSummary& summary, const memory::MemoryReport& mem) {
+  write_file_atomically(dir.file("memory_report.json"), memory::to_json(mem));
+  std::fputs(memory::format_table(mem).c_str(), stdout);
+  write_file_atomically(dir.file("summary.json"),
+                        to_json({{"steps", double(summary.steps)},
+                                 {"final_loss", summary.final_loss},
+                                 {"first_loss", summary.first_loss},
+                                 {"avg_tokens_per_s", summary.avg_tokens_per_s},
+                                 {"train_seconds", summary.seconds},
+                                 {"peak_mem_bytes", double(summary.peak_mem_bytes)},
+                                 {"eval_loss", summary.eval_loss}}) + "\n");  // null when no evaluation ran
+  plot_loss_if_possible(dir.path());
+}
+
+// A run whose last step is checkpointed but which stopped before its end-of-run files (a signal during the last
+// step): finish it from what is on disk, metrics.jsonl and the checkpoint, without training.
+RunSummary finish_from_disk(const StartPoint& start, TrainStep& step, const memory::MemoryMeter& meter) {
+  RunSummary summary;
+  summary.run_dir = start.dir ? start.dir->path() : "";
+  summary.steps = start.state.step;
+  summary.first_loss = start.earlier.first_loss;
+  summary.final_loss = start.earlier.last_loss;
+  summary.seconds = start.earlier.seconds;
+  summary.avg_tokens_per_s = start.earlier.seconds > 0 ? start.earlier.tokens / start.earlier.seconds : 0;
+  // The training steps' peaks are in metrics.jsonl; this process's own peak covers loading the checkpoint.
+  summary.peak_mem_bytes = std::max(int64_t(start.earlier.peak_mem_bytes), meter.run_peak());
+  summary.eval_loss = start.earlier.eval_loss;
+  if (!start.dir) return summary;
+  const bool finalised = std::filesystem::exists(start.dir->file("summary.json"));
+  spdlog::info("run {} is already complete at step {}{}", start.dir->path(), start.state.step,
+               finalised ? "; nothing to do (raise steps to train further)"
+                         : "; writing its summary from metrics.jsonl and the checkpoint");
+  if (finalised) return summary;
+  memory::MemoryReport mem = memory_report(step, meter, start.earlier.steps);
+  mem.peak_bytes = summary.peak_mem_bytes;
+  mem.peak_step_bytes = int64_t(start.earlier.peak_mem_bytes);
+  mem.source += " (step peaks read back from metrics.jsonl)";
+  write_end_of_run_files(*start.dir, summary, mem);
+  return summary;
+}
+
 } // namespace
 
 RunSummary Training::run() {
@@ -64,79 +159,42 @@ RunSummary Training::run() {
     spdlog::warn("this CPU lacks avx512_bf16: bf16 matmul will be much slower than fp32; consider dtype=float32");
 
   memory::MemoryMeter meter(device_);  // before the model, so its set-up counts in the run's peak
-  // Several processes (RANK/WORLD_SIZE set): connect first. Only rank 0 writes files; every log line carries
-  // the rank.
-  const auto env = distributed::ProcessEnvironment::from_environment();
-  if (env.distributed()) spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%^%l%$] %v", env.rank));
-  auto dp = distributed::DataParallel::from_environment(cfg_, device_);
-  const int rank = dp ? dp->rank() : 0, world = dp ? dp->world_size() : 1;
-
+  auto dp = connect(cfg_, device_);
+  const int world = dp ? dp->world_size() : 1;
   model::Decoder model(model::DecoderOptions::from_config(cfg_));
   model->to(device_);
   TrainStep step(cfg_, model, *source_, device_, dp);
 
-  // Only rank 0 writes files. Without ZeRO-1 every process holds the same weights and the full optimizer state,
-  // so rank 0's checkpoint restores them all; ZeRO-1 spreads that state over the processes, which one
-  // checkpoint of rank 0's cannot restore yet.
-  if (dp && dp->shard_optimizer() && (cfg_.enable_checkpointing || cfg_.resume)) {
-    spdlog::warn("checkpoints are not supported with shard_optimizer_over_data=true yet: enable_checkpointing and "
-                 "resume are off");
-    cfg_.enable_checkpointing = false;
-    cfg_.resume = false;
-  }
-  std::optional<RunDirectory> dir;
-  std::optional<checkpoint::Checkpointer> checkpoints;
+  StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(cfg_, step));
+  checkpoint::TrainState& state = start.state;
+  if (state.step > 0 && state.step == cfg_.steps) return finish_from_disk(start, step, meter);
   std::optional<MetricsWriter> metrics;
-  checkpoint::TrainState state;
-  checkpoint::MetricsTail earlier{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
-  if (rank == 0) {
-    dir.emplace(RunDirectory::create(cfg_, checkpoint::can_resume(cfg_)));
-    checkpoints.emplace(cfg_, dir->path());
-    state = checkpoints->restore(*model, step.optimizer());
-    earlier = checkpoint::truncate_metrics(dir->file("metrics.jsonl"), state.step);
-  }
-  if (dp) {
-    // The other processes continue from the step rank 0 restored, loading the same checkpoint. The all-reduce
-    // is also the barrier: rank 0 has chosen it and finished cleaning up before anyone reads.
-    const auto resumed = static_cast<int64_t>(dp->global_sum(rank == 0 ? double(state.step) : 0.0));
-    if (rank != 0 && resumed > 0)
-      state = checkpoint::Checkpointer(cfg_, checkpoint::run_dir_of(cfg_)).load(resumed, *model, step.optimizer());
-    if (resumed > 0) dp->verify_same_start(model->parameters());
-  }
-  if (state.step > 0 && state.step == cfg_.steps) {
-    spdlog::info("run {} is already complete at step {}; nothing to do (raise steps to train further)",
-                 dir ? dir->path() : checkpoint::run_dir_of(cfg_), state.step);
-    RunSummary done;
-    done.run_dir = dir ? dir->path() : "";
-    done.steps = state.step;
-    done.first_loss = earlier.first_loss;
-    done.final_loss = earlier.last_loss;
-    return done;
-  }
-  if (dir) {
+  if (start.dir) {
     std::error_code ec;
-    std::filesystem::remove(dir->file("summary.json"), ec);  // present only if a finished run is being extended
-    write_file_atomically(dir->file("config.yml"), config::to_yaml(cfg_));
-    metrics.emplace(dir->file("metrics.jsonl"));
+    std::filesystem::remove(start.dir->file("summary.json"), ec);  // present only if a finished run is being extended
+    write_file_atomically(start.dir->file("config.yml"), config::to_yaml(cfg_));
+    metrics.emplace(start.dir->file("metrics.jsonl"));
   }
 
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
   spdlog::info("run {} | {} parameters | K={} x {} sequences x {} tokens x {} processes | grad_dtype={} dtype={} | "
                "{} threads",
-               dir ? dir->path() : "(written by rank 0)", params, cfg_.gradient_accumulation_steps,
+               start.dir ? start.dir->path() : "(written by rank 0)", params, cfg_.gradient_accumulation_steps,
                cfg_.per_device_batch_size, cfg_.max_target_length, world, cfg_.grad_dtype, cfg_.dtype, threads);
 
-  Progress progress(cfg_.steps, cfg_.log_period, rank == 0 && stdout_is_terminal());
+  Progress progress(cfg_.steps, cfg_.log_period, start.dir.has_value() && stdout_is_terminal());
   RunSummary summary;
-  summary.run_dir = dir ? dir->path() : "";
-  summary.first_loss = earlier.first_loss;
+  summary.run_dir = start.dir ? start.dir->path() : "";
+  summary.first_loss = start.earlier.first_loss;
+  summary.eval_loss = start.earlier.eval_loss;  // a resumed run without a later evaluation keeps the last one
   const int64_t earlier_steps = state.step;
   int64_t total_tokens = 0;
   NonFiniteGuard guard(cfg_.max_consecutive_nonfinite, state);
   StopSignals signals;
-  StepProfiler profiler(dir ? dir->file("profile.trace.json") : "", state.step + cfg_.skip_first_n_steps_for_profiler,
-                        cfg_.profiler == "trace" && dir ? cfg_.profiler_steps : 0);
+  StepProfiler profiler(start.dir ? start.dir->file("profile.trace.json") : "",
+                        state.step + cfg_.skip_first_n_steps_for_profiler,
+                        cfg_.profiler == "trace" && start.dir ? cfg_.profiler_steps : 0);
   for (int64_t s = state.step; s < cfg_.steps; ++s) {
     meter.begin_step();
     profiler.before_step(s);
@@ -148,25 +206,17 @@ RunSummary Training::run() {
     summary.seconds += st.seconds;
     if (s == 0) summary.first_loss = st.loss;
     summary.final_loss = st.loss;
-    const double tokens_per_s = st.tokens / st.seconds;
     if (s == 0 && dp) log_optimizer_state(step, *dp);
+    const bool evaluated = evaluator_->due(s + 1);
+    const auto eval_start = std::chrono::steady_clock::now();
+    if (evaluated) summary.eval_loss = evaluator_->run(model, device_, dp.get());
+    const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
     if (metrics) {
-      metrics->write({{"step", double(s + 1)},
-                      {"loss", st.loss},
-                      {"grad_norm", st.grad_norm},
-                      {"lr", st.lr},
-                      {"tokens", double(st.tokens)},
-                      {"step_time_s", st.seconds},
-                      {"tokens_per_s", tokens_per_s},
-                      {"peak_mem_bytes", double(peak)},
-                      {"skipped_steps", double(state.skipped_steps)},
-                      {"data_s", st.data_s},
-                      {"forward_s", st.forward_s},
-                      {"backward_s", st.backward_s},
-                      {"fold_s", st.fold_s},
-                      {"optimizer_s", st.optimizer_s}});
+      JsonNumbers fields = step_metrics(st, peak, state.skipped_steps);
+      if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary.eval_loss}, {"eval_s", eval_s}});
+      metrics->write(fields);
       const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
-      progress.update({s + 1, st.loss, st.grad_norm, st.lr, tokens_per_s, eta, peak});
+      progress.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak});
     }
     guard.check(st);
     // Checkpoints fall between optimizer steps, where the shadow tree is zero: nothing is lost.
@@ -175,8 +225,8 @@ RunSummary Training::run() {
     // would otherwise wait in the next all-reduce until the timeout).
     int stop = signals.requested();
     if (dp && dp->global_sum(stop ? 1.0 : 0.0) > 0 && !stop) stop = SIGTERM;
-    if (checkpoints && (checkpoints->due(state.step) || (stop && cfg_.enable_checkpointing)))
-      checkpoints->save(state, *model, step.optimizer());
+    if (start.checkpoints && (start.checkpoints->due(state.step) || (stop && cfg_.enable_checkpointing)))
+      start.checkpoints->save(state, *model, step.optimizer());
     if (stop) {
       progress.finish();
       throw InterruptedError(fmt::format("stopped by {} after step {}{}",
@@ -189,18 +239,7 @@ RunSummary Training::run() {
   summary.steps = cfg_.steps;
   summary.avg_tokens_per_s = summary.seconds > 0 ? total_tokens / summary.seconds : 0;
   summary.peak_mem_bytes = meter.run_peak();
-  if (!dir) return summary;
-  memory::MemoryReport mem = memory_report(step, meter, cfg_.steps);
-  write_file_atomically(dir->file("memory_report.json"), memory::to_json(mem));
-  std::fputs(memory::format_table(mem).c_str(), stdout);
-  write_file_atomically(dir->file("summary.json"),
-                        to_json({{"steps", double(summary.steps)},
-                                 {"final_loss", summary.final_loss},
-                                 {"first_loss", summary.first_loss},
-                                 {"avg_tokens_per_s", summary.avg_tokens_per_s},
-                                 {"train_seconds", summary.seconds},
-                                 {"peak_mem_bytes", double(summary.peak_mem_bytes)}}) + "\n");
-  plot_loss_if_possible(dir->path());
+  if (start.dir) write_end_of_run_files(*start.dir, summary, memory_report(step, meter, cfg_.steps));
   return summary;
 }
 

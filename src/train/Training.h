@@ -6,9 +6,11 @@
 //   RunSummary summary = training.run();          // creates the run dir, trains, writes metrics
 //
 // Files in the run directory: config.yml (the resolved config; `trainer <run_dir>/config.yml` reruns it),
-// metrics.jsonl (one line per optimizer step, with that step's peak_mem_bytes), memory_report.json (see
+// metrics.jsonl (one line per optimizer step, with that step's peak_mem_bytes, and eval_loss/eval_s on evaluation
+// steps), memory_report.json (see
 // memory/MemoryReport.h), summary.json (written last, only on success) and loss.png (when gnuplot is
 // installed).
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -22,6 +24,8 @@ class DataSource;
 
 namespace shadowgrad::train {
 
+class Evaluator;
+
 struct RunSummary {
   std::string run_dir;
   int64_t steps = 0;
@@ -30,6 +34,7 @@ struct RunSummary {
   double avg_tokens_per_s = 0;
   double seconds = 0;
   int64_t peak_mem_bytes = -1;  // whole run; -1 when not measured
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();  // the last evaluation's; NaN when none ran
 };
 
 class Training {
@@ -42,6 +47,7 @@ class Training {
   config::Config cfg_;
   c10::Device device_;
   std::unique_ptr<data::DataSource> source_;
+  std::unique_ptr<Evaluator> evaluator_;  // eval_loss; built (and its data validated) before anything is written
 };
 
 } // namespace shadowgrad::train

@@ -1,0 +1,17 @@
+include(GNUInstallDirs)
+# The GA engine (src/accumulate): ShadowAccumulator, its folding casts and clipping. It depends on LibTorch only,
+# never on the trainer, so it is the part others install: exported as shadowgrad::shadowgrad (cmake/Install.cmake)
+# and linked into the Python module (python/). Position-independent so a shared module can take it in.
+file(GLOB SHADOWGRAD_ENGINE_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/accumulate/*.cpp)
+add_library(shadowgrad_engine STATIC ${SHADOWGRAD_ENGINE_SOURCES})
+add_library(shadowgrad::shadowgrad ALIAS shadowgrad_engine)
+set_target_properties(shadowgrad_engine PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME shadowgrad
+                                                   OUTPUT_NAME shadowgrad_engine)
+# In the tree: includes rooted at src/ ("accumulate/ShadowAccumulator.h") and include/ (<shadowgrad/shadowgrad.h>).
+# Installed: <shadowgrad/shadowgrad.h> and <shadowgrad/accumulate/ShadowAccumulator.h>.
+target_include_directories(shadowgrad_engine PUBLIC $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/src>
+                                                    $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/include>
+                                                    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+target_link_libraries(shadowgrad_engine PUBLIC torch)
+target_compile_features(shadowgrad_engine PUBLIC cxx_std_17)
+target_compile_options(shadowgrad_engine PRIVATE -Wall -Wextra -Wno-unused-parameter)

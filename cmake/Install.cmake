@@ -1,0 +1,23 @@
+# `cmake --install build --prefix PREFIX`: the GA engine as a CMake package. A consumer writes
+#   find_package(shadowgrad REQUIRED)
+#   target_link_libraries(app PRIVATE shadowgrad::shadowgrad)   # brings LibTorch (find_dependency(Torch))
+# and includes <shadowgrad/shadowgrad.h>. The trainer, its CLI and its internals are not installed.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(SHADOWGRAD_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/shadowgrad)
+install(TARGETS shadowgrad_engine EXPORT shadowgradTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The public headers: ShadowAccumulator.h and StochasticRounding.h (its rounding modes, and the rounding kernels
+# for code of one's own), which include nothing else of the project (the internal ShadowState.h and
+# FoldingCast.h stay private; the fold casts are ShadowAccumulator::cast/gather_rows).
+install(FILES ${CMAKE_SOURCE_DIR}/src/accumulate/ShadowAccumulator.h
+              ${CMAKE_SOURCE_DIR}/src/accumulate/StochasticRounding.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shadowgrad/accumulate)
+install(FILES ${CMAKE_SOURCE_DIR}/include/shadowgrad/shadowgrad.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shadowgrad)
+install(EXPORT shadowgradTargets NAMESPACE shadowgrad:: DESTINATION ${SHADOWGRAD_CMAKE_DIR})
+configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/shadowgradConfig.cmake.in
+                              ${CMAKE_BINARY_DIR}/shadowgradConfig.cmake INSTALL_DESTINATION ${SHADOWGRAD_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/shadowgradConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/shadowgradConfig.cmake ${CMAKE_BINARY_DIR}/shadowgradConfigVersion.cmake
+        DESTINATION ${SHADOWGRAD_CMAKE_DIR})

@@ -1,0 +1,74 @@
+// shadowgrad._C: the C++ GA engine (src/accumulate/ShadowAccumulator.h) for Python. Thin on purpose: the
+// user-facing class, its checks and docstrings live in shadowgrad/__init__.py. What only C++ can do is here:
+// folding into the shadow tree on the AccumulateGrad post-hooks (PyTorch 1.13 has no post-accumulate-grad hook in
+// Python), and lending a grad_dtype shadow as .grad of a parameter in another dtype (Python's .grad setter
+// refuses a dtype different from the parameter's).
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "accumulate/ShadowAccumulator.h"
+
+namespace py = pybind11;
+using shadowgrad::accumulate::ShadowAccumulator;
+
+namespace {
+
+c10::ScalarType to_scalar_type(const py::object& dtype) {
+  if (!THPDtype_Check(dtype.ptr()))
+    throw py::type_error("grad_dtype must be a torch.dtype, e.g. torch.bfloat16, got " +
+                         std::string(py::str(dtype.get_type())));
+  auto type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+  if (!c10::isFloatingType(type))
+    throw py::value_error("grad_dtype must be a floating dtype (torch.float32, torch.bfloat16, torch.float16, "
+                          "torch.float64)");
+  return type;
+}
+
+// Sets params[i].grad = shadows[i] for the optimizer to read. A .grad already there means a backward() ran
+// outside the accumulation window; lending over it would silently drop that gradient.
+void lend(const ShadowAccumulator& acc) {
+  const auto& params = acc.params();
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].grad().defined())
+      throw std::logic_error("step(): parameter " + std::to_string(i) +
+                             " already has .grad (a backward() outside begin()/end()?); its gradient would be "
+                             "lost. Call backward() inside the window, or zero the grads first");
+  const auto& shadows = acc.shadows();
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor param = params[i];  // shares the TensorImpl: sets the parameter's own .grad
+    param.mutable_grad() = shadows[i];
+  }
+}
+
+void reclaim(ShadowAccumulator& acc) {
+  for (at::Tensor param : acc.params()) param.mutable_grad() = at::Tensor();
+  acc.zero_();
+}
+
+} // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "C++ core of shadowgrad; use shadowgrad.ShadowAccumulator.";
+  py::class_<ShadowAccumulator>(m, "Engine")
+      .def(py::init([](const std::vector<at::Tensor>& params, const py::object& dtype) {
+             return std::make_unique<ShadowAccumulator>(params, to_scalar_type(dtype));
+           }),
+           py::arg("params"), py::arg("grad_dtype"))
+      .def("begin", py::overload_cast<>(&ShadowAccumulator::begin))
+      .def("end", &ShadowAccumulator::end)
+      .def("global_norm", &ShadowAccumulator::global_norm)
+      .def("scale_", &ShadowAccumulator::scale_, py::arg("factor"))
+      .def("clip_global_norm_", &ShadowAccumulator::clip_global_norm_, py::arg("max_norm"))
+      .def("zero_", &ShadowAccumulator::zero_)
+      .def("lend", &lend)
+      .def("reclaim", &reclaim)
+      .def_property_readonly("params", &ShadowAccumulator::params)
+      .def_property_readonly("shadows", &ShadowAccumulator::shadows)
+      .def_property_readonly("nbytes", &ShadowAccumulator::bytes)
+      .def_property_readonly("folds", &ShadowAccumulator::folds)
+      .def_property_readonly("fold_seconds", &ShadowAccumulator::fold_seconds);
+}

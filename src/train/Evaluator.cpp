@@ -1,0 +1,69 @@
+#include "train/Evaluator.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "config/Config.h"
+#include "data/DataSource.h"
+#include "distributed/Communicator.h"
+#include "distributed/DataParallel.h"
+#include "train/TokenLoss.h"
+#include "util/Errors.h"
+
+namespace shadowgrad::train {
+
+Evaluator::Evaluator(const config::Config& c, int world_size)
+    : source_(data::make_eval_source(c)), interval_(c.eval_interval), last_step_(c.steps),
+      batch_(c.eval_per_device_batch_size > 0 ? c.eval_per_device_batch_size : c.per_device_batch_size),
+      world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens) {
+  if (!source_) return;
+  const int64_t global = batch_ * world_, capacity = source_->eval_capacity();
+  batches_ = c.eval_steps > 0 ? c.eval_steps : capacity / global;
+  if (capacity >= 0 && capacity < global)
+    throw DataError(fmt::format("eval_dataset_path '{}' is shorter than one eval batch: it holds {} windows of "
+                                "max_target_length+1={} tokens, one batch is {} (eval_per_device_batch_size={} x {} "
+                                "processes)",
+                                c.eval_dataset_path, capacity, c.max_target_length + 1, global, batch_, world_));
+  if (capacity >= 0 && batches_ * global > capacity)
+    throw DataError(fmt::format("eval_dataset_path '{}' holds {} windows of max_target_length+1={} tokens; "
+                                "eval_steps={} batches of {} need {}; lower eval_steps (<= 0 evaluates the {} whole "
+                                "batches it holds)",
+                                c.eval_dataset_path, capacity, c.max_target_length + 1, batches_, global,
+                                batches_ * global, capacity / global));
+  spdlog::info("eval_loss every {} steps and after the last: {} batches of {} sequences ({} tokens) from {}", interval_,
+               batches_, global, batches_ * global * c.max_target_length,
+               c.eval_dataset_path.empty() ? std::string("the synthetic generator (step -1)") : c.eval_dataset_path);
+}
+
+Evaluator::~Evaluator() = default;
+
+bool Evaluator::due(int64_t completed_steps) const {
+  return source_ && (completed_steps % interval_ == 0 || completed_steps == last_step_);
+}
+
+double Evaluator::run(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const {
+  at::NoGradGuard no_grad; // no graph, no gradient, no fold: the shadow tree and optimizer never see this
+  const int rank = dp ? dp->rank() : 0;
+  double loss_sum = 0, tokens = 0;
+  for (int64_t b = 0; b < batches_; ++b) {
+    data::Batch batch = source_->eval_examples(b * batch_ * world_ + rank * batch_, batch_);
+    auto x = batch.tokens.to(device), y = batch.targets.to(device);
+    // The training step's own loss function, so eval_loss and loss mean the same thing.
+    at::Tensor loss = loss_chunk_tokens_ > 0
+                          ? linear_token_loss_sum(model->hidden(x), model->output_weight(), y, loss_chunk_tokens_)
+                          : token_loss_sum(model->forward(x), y);
+    loss_sum += loss.item<double>();
+    tokens += double(batch.valid_tokens());
+  }
+  if (dp) { // one all-reduce of (loss sum, tokens) per evaluation
+    at::Tensor sums = at::tensor({loss_sum, tokens}, at::kDouble).to(dp->communicator().device());
+    dp->communicator().all_reduce_sum_(sums);
+    sums = sums.cpu();
+    loss_sum = sums[0].item<double>();
+    tokens = sums[1].item<double>();
+  }
+  return tokens > 0 ? loss_sum / tokens : 0.0;
+}
+
+} // namespace shadowgrad::train

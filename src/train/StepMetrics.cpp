@@ -1,0 +1,30 @@
+#include "train/StepMetrics.h"
+
+#include <cmath>
+
+#include "train/TrainStep.h"
+
+namespace shadowgrad::train {
+
+JsonNumbers step_metrics(const StepStats& st, int64_t peak_mem_bytes, int64_t skipped_steps) {
+  JsonNumbers out{{"step", double(st.step + 1)},
+          {"loss", st.loss},
+          {"grad_norm", st.grad_norm},
+          {"lr", st.lr},
+          {"tokens", double(st.tokens)},
+          {"step_time_s", st.seconds},
+          {"tokens_per_s", st.tokens / st.seconds},
+          {"peak_mem_bytes", double(peak_mem_bytes)},
+          {"skipped_steps", double(skipped_steps)},
+          {"data_s", st.data_s},
+          {"forward_s", st.forward_s},
+          {"backward_s", st.backward_s},
+          {"fold_s", st.fold_s},
+          {"optimizer_s", st.optimizer_s}};
+  // Only on the steps that measure them (see FoldNumerics in TrainStep.h).
+  if (!std::isnan(st.grad_rel_error)) out.push_back({"grad_rel_error", st.grad_rel_error});
+  if (!std::isnan(st.underflow_fraction)) out.push_back({"fp16_underflow_fraction", st.underflow_fraction});
+  return out;
+}
+
+} // namespace shadowgrad::train

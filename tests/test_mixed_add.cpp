@@ -1,0 +1,49 @@
+// mixed_add_: folding an fp32 gradient into a bf16/fp16 shadow slice by slice gives exactly the whole add_.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+
+#include "accumulate/MixedAdd.h"
+
+using shadowgrad::accumulate::mixed_add_;
+
+TEST_CASE("mixed_add_ equals add_ bit for bit across slice boundaries", "[accumulate][mixed_add]") {
+  at::manual_seed(3);
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    for (int64_t n : {int64_t{1000}, (int64_t{1} << 20) * 3 + 5}) {  // one slice; several and a ragged tail
+      at::Tensor src = at::randn({n / 5, 5}).mul_(1e-2);
+      at::Tensor expected = at::randn({n / 5, 5}).to(dtype);
+      at::Tensor dst = expected.clone();
+      expected.add_(src);
+      mixed_add_(dst, src);
+      CHECK(at::equal(dst, expected));
+    }
+  }
+  // The sliced path (a pair without a direct loop): fp64 into bf16.
+  at::Tensor src = at::randn({(int64_t{1} << 20) * 2 + 3}, at::kDouble);
+  at::Tensor expected = at::randn({src.numel()}).to(at::kBFloat16);
+  at::Tensor dst = expected.clone();
+  expected.add_(src);
+  mixed_add_(dst, src);
+  CHECK(at::equal(dst, expected));
+  // Specials: inf, nan and the largest finite value round like add_.
+  at::Tensor special = at::tensor({1.0f, -2.0f, 3.0e38f, std::numeric_limits<float>::infinity(), NAN, 1e-40f});
+  at::Tensor base = at::tensor({0.5f, 1.0f, 3.0e38f, -1.0f, 0.0f, 0.0f}).to(at::kBFloat16);
+  at::Tensor want = base.clone().add_(special);
+  mixed_add_(base, special);
+  CHECK(at::equal(base.isnan(), want.isnan()));
+  CHECK(at::equal(base.nan_to_num(0), want.nan_to_num(0)));
+}
+
+TEST_CASE("mixed_add_ falls back to add_ for one dtype and for non-contiguous shadows", "[accumulate][mixed_add]") {
+  at::Tensor src = at::randn({2048, 1024});
+  at::Tensor dst = at::zeros({1024, 2048}, at::kBFloat16).t();  // non-contiguous view
+  mixed_add_(dst, src);
+  CHECK(at::equal(dst, src.to(at::kBFloat16)));
+  at::Tensor same = at::ones({4});
+  mixed_add_(same, at::ones({4}));
+  CHECK(at::equal(same, at::full({4}, 2.0)));
+}
