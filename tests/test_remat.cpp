@@ -34,7 +34,7 @@ Outcome run_policy(config::Config c, const std::string& policy, int64_t steps) {
   auto source = data::make_source(c);
   train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
   Outcome o;
-  auto acc = step.accumulate(0);
+  auto acc = step.accumulate_batch(0);
   o.loss = acc.loss;
   o.folds = step.accumulator().folds();
   for (const auto& s : step.accumulator().shadows()) o.grads.push_back(s.to(at::kFloat).clone());
