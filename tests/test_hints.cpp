@@ -112,7 +112,7 @@ TEST_CASE("hint: dataset_path with synthetic data -> set dataset_type=text", "[h
   std::string model = tp::kTinyModel;
   model.replace(model.find("vocab_size=64"), 13, "vocab_size=256");
   const std::string args = "base.yml run_name=r steps=1 base_output_directory=" + base + model + " dataset_path=" + text;
-  expect_hint(tp::run(args), 2, "set dataset_type=text to use it");
+  expect_hint(tp::run(args), 2, "set dataset_type=text or tokens to use it");
   expect_ok(tp::run(args + " dataset_type=text"));
 }
 
