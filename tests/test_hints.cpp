@@ -147,7 +147,7 @@ TEST_CASE("hint: hardware=cuda without CUDA -> use hardware=cpu", "[hints]") {
   expect_ok(tiny(base, "steps=1 hardware=cpu"));
 }
 
-TEST_CASE("hint: a key overridden twice -> give it once; a missing CONFIG -> the usage example", "[hints]") {
+TEST_CASE("hint: a key overridden twice -> give it once, a missing CONFIG -> the usage example", "[hints]") {
   expect_hint(tp::run("base.yml steps=2 steps=3 --print-config"), 2, "give it once");
   expect_ok(tp::run("base.yml steps=3 --print-config"));
   auto r = tp::run("steps=10");

@@ -155,7 +155,7 @@ TEST_CASE("stochastic rounding is unbiased where round-to-nearest stalls: 4096 f
   }
 }
 
-TEST_CASE("fp16 underflow: round-to-nearest loses values below 2^-25 and counts them; stochastic keeps them on average",
+TEST_CASE("fp16 underflow: round-to-nearest loses values below 2^-25 and counts them, stochastic keeps them on average",
           "[rounding][fp16]") {
   const int64_t count = 64, elements = 4096;
   const float tiny = 1e-8f;  // below half of fp16's smallest subnormal (2^-24 = 6e-8)

@@ -37,7 +37,7 @@ Output run_tokenize(const std::string& args) {
 
 } // namespace
 
-TEST_CASE("documents are blank-line separated paragraphs; every 1/f-th is held out", "[tokenize]") {
+TEST_CASE("documents are blank-line separated paragraphs, every 1/f-th is held out", "[tokenize]") {
   const auto docs = tokenize::split_documents("  a\nb \n\n\n\nc\n \n\n");
   REQUIRE(docs.size() == 2);
   CHECK(docs[0] == "a\nb");
@@ -48,7 +48,7 @@ TEST_CASE("documents are blank-line separated paragraphs; every 1/f-th is held o
   CHECK((held == std::vector<size_t>{19, 39}));
 }
 
-TEST_CASE("a trained SentencePiece model encodes and decodes; EOS ends every document", "[tokenize]") {
+TEST_CASE("a trained SentencePiece model encodes and decodes, EOS ends every document", "[tokenize]") {
   const auto tok = tokenize::Tokenizer::load(tf::tiny_tokenizer(100));
   CHECK(tok.vocab_size() == 100);
   CHECK(tok.eos_id() == 2);
@@ -67,7 +67,7 @@ TEST_CASE("a trained SentencePiece model encodes and decodes; EOS ends every doc
   CHECK(split.val.back() == 2);
 }
 
-TEST_CASE("the trainer's protobuf piece count equals SentencePiece's; check_vocabulary errors", "[tokenize][errors]") {
+TEST_CASE("the trainer's protobuf piece count equals SentencePiece's, check_vocabulary errors", "[tokenize][errors]") {
   for (int pieces : {100, 150}) {
     const auto model = tf::tiny_tokenizer(pieces);
     CHECK(data::sentencepiece_vocab_size(model) == tokenize::Tokenizer::load(model).vocab_size());

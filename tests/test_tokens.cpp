@@ -189,7 +189,7 @@ double eval_loss(config::Config c, int64_t steps, int64_t per_device) {
 
 } // namespace
 
-TEST_CASE("eval_loss: the same batches every time, no grad, no parameter change; set fixed by steps x batch",
+TEST_CASE("eval_loss: the same batches every time, no grad, no parameter change, set fixed by steps x batch",
           "[tokens][eval]") {
   auto c = token_config(tf::llmc_file("train_d.bin", tf::counting_tokens(4000, 64)));
   c.eval_dataset_path = tf::llmc_file("val_d.bin", tf::counting_tokens(16 * 40 + 1, 64, 9));
@@ -216,7 +216,7 @@ TEST_CASE("eval_loss: the same batches every time, no grad, no parameter change;
   CHECK(train::Evaluator(c, 2).batches() == 4);
 }
 
-TEST_CASE("eval due steps: every eval_interval and after the last step; never when <= 0", "[eval]") {
+TEST_CASE("eval due steps: every eval_interval and after the last step, never when <= 0", "[eval]") {
   auto c = tiny_config();
   c.steps = 10;
   c.eval_steps = 1;
