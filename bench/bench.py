@@ -87,8 +87,8 @@ def shadowgrad_run(a, env, dtype, pdbs, ga, steps, extra=()):
                         for k in ("data_s", "forward_s", "backward_s", "fold_s", "optimizer_s")})
 
 
-def peer_run(a, env, dtype, pdbs, ga, steps):
-    out, peak = run_measured(peer_cmd(a, dtype, pdbs, ga, steps), env)
+def peer_run(a, env, dtype, pdbs, ga, steps, extra=()):
+    out, peak = run_measured(peer_cmd(a, dtype, pdbs, ga, steps) + list(extra), env)
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     kept = rows[a.warmup:]
     return dict(tokens=sum(r["tokens"] for r in kept), seconds=sum(r["seconds"] for r in kept),
@@ -134,6 +134,9 @@ def main():
     p.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="an extra shadowgrad row in the peer table, run in the same alternation (A B C ...), e.g. "
                    "'lowest memory:remat_policy=full,grad_dtype=bfloat16'; may be repeated")
+    p.add_argument("--peer-variant", dest="peer_variant", action="append", default=[], metavar="LABEL:ARGS",
+                   help="an extra peer row, bench/peer.py with these extra space-separated ARGS, run in the same "
+                   "alternation, e.g. 'rope in bf16:--rope-dtype=activation'; may be repeated")
     a = p.parse_args()
     a.threads = a.threads or os.cpu_count()
     skip = set(filter(None, a.skip.split(",")))
@@ -187,20 +190,26 @@ def main():
     if "peer" not in skip:
         variants = [(label, tuple(filter(None, keys.split(","))))
                     for label, _, keys in (v.partition(":") for v in a.variant)]
+        peer_variants = [(label, tuple(args.split())) for label, _, args in (v.partition(":") for v in a.peer_variant)]
         print(f"## shadowgrad vs the PyTorch peer (pdbs=1, ga=4, global batch {4 * m['seq']} tokens)\n")
         print("| dtype | run | tokens/s | step s | model GF/s | MFU vs bf16 2048³ | peak RSS MiB |\n"
               "|---|---|---:|---:|---:|---:|---:|")
         for dtype in a.dtypes.split(","):
-            sg, peer, extra = [], [], {label: [] for label, _ in variants}
+            sg, peer = [], []
+            extra = {label: [] for label, _ in variants}
+            extra_peer = {label: [] for label, _ in peer_variants}
             del LOADS[:]
             for _ in range(a.repeats):  # one round = shadowgrad, the peer, then each variant
                 sg.append(shadowgrad_run(a, env, dtype, 1, 4, a.steps))
                 peer.append(peer_run(a, env, dtype, 1, 4, a.steps))
                 for label, keys in variants:
                     extra[label].append(shadowgrad_run(a, env, dtype, 1, 4, a.steps, keys))
+                for label, args in peer_variants:
+                    extra_peer[label].append(peer_run(a, env, dtype, 1, 4, a.steps, args))
             results[dtype] = (sg, peer)
             rows = [("shadowgrad", sg), ("PyTorch peer", peer)]
             rows += [(f"shadowgrad, {label} ({' '.join(keys)})", extra[label]) for label, keys in variants]
+            rows += [(f"PyTorch peer, {label} ({' '.join(args)})", extra_peer[label]) for label, args in peer_variants]
             for label, rs in rows:
                 gfs = [tps(r) * ftok / 1e9 for r in rs]
                 mfu = spread([g / limit_bf16 * 100 for g in gfs], "{:.1f}") + " %" if limit_bf16 else "n/a"
@@ -214,6 +223,9 @@ def main():
                 speed = [tps(r) / tps(q) for r, q in zip(extra[label], peer)]
                 print(f"| {dtype} | ratio {label} / peer | {spread(speed, '{:.2f}')}× | | | | "
                       f"{spread(rss, '{:.2f}')}× |")
+            for label, _ in peer_variants:
+                speed = [tps(r) / tps(q) for r, q in zip(extra_peer[label], peer)]
+                print(f"| {dtype} | ratio peer {label} / peer | {spread(speed, '{:.2f}')}× | | | | |")
             print(f"\n{dtype}: {a.repeats} alternating rounds; 1-minute load average at the start of each run "
                   f"{spread(LOADS, '{:.1f}')}\n", flush=True)
         print("### Where shadowgrad's step goes (median seconds per step, from metrics.jsonl)\n")

@@ -50,6 +50,7 @@ class Attention(nn.Module):
     def __init__(self, a):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = a.heads, a.kv_heads, a.head_dim
+        self.rope_in_activation_dtype = getattr(a, "rope_dtype", "activation") == "activation"
         self.wq = nn.Linear(a.emb, a.heads * a.head_dim, bias=False)
         self.wk = nn.Linear(a.emb, a.kv_heads * a.head_dim, bias=False)
         self.wv = nn.Linear(a.emb, a.kv_heads * a.head_dim, bias=False)
@@ -60,6 +61,8 @@ class Attention(nn.Module):
         q = self.wq(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.rope_in_activation_dtype:  # as HF Llama does: tables in q/k's dtype, so autocast keeps q, k in bf16
+            cos, sin = cos.to(q.dtype), sin.to(q.dtype)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.kv_heads != self.heads:
             k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
@@ -130,13 +133,19 @@ def main():
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--shadowgrad", choices=["off", "bfloat16", "float32"], default="off",
                    help="accumulate with shadowgrad.ShadowAccumulator(grad_dtype=...) instead of into .grad")
+    p.add_argument("--rope-dtype", dest="rope_dtype", choices=["float32", "activation"], default="activation",
+                   help="RoPE tables cast to q/k's dtype (HF Llama; the default since 2026-11-30) or kept in fp32 "
+                   "(autocast then promotes q, k to fp32)")
+    p.add_argument("--foreach", action=argparse.BooleanOptionalAction, default=True,
+                   help="AdamW(foreach=...): multi-tensor kernels (the default since 2026-11-30)")
     a = p.parse_args()
 
     # torch.get_num_threads() is 1 by default with this build; give the peer every core, as the trainer has.
     torch.set_num_threads(a.threads if a.threads > 0 else os.cpu_count())
     torch.manual_seed(0)
     model = Decoder(a)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                            foreach=a.foreach)
     gen = torch.Generator().manual_seed(0)
     bf16 = a.dtype == "bfloat16"
     acc = None
