@@ -22,12 +22,7 @@ namespace {
 
 // The storage formats, as raw 16-bit patterns.
 struct Bf16 {
-  static float to_float(uint16_t h) {
-    const uint32_t b = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &b, sizeof f);
-    return f;
-  }
+  static float to_float(uint16_t h) { return bf16_to_float(h); }
   static constexpr bool kCounts = false;  // fp32's range: nothing underflows that fp32 kept
 };
 struct Fp16 {

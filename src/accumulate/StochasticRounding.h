@@ -98,6 +98,9 @@ inline float float_from_bits(uint32_t b) {
   return x;
 }
 
+// bf16 bits -> fp32: exact (bf16 is fp32's top half).
+inline float bf16_to_float(uint16_t bits) { return float_from_bits(uint32_t(bits) << 16); }
+
 // fp32 -> bf16 bits, round to nearest even (NaN -> 0x7FC0 with the sign), as c10::BFloat16 rounds.
 inline uint16_t bf16_round_nearest(float x) {
   const uint32_t b = float_bits(x);

@@ -17,12 +17,7 @@ struct Coefficients {
   float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bias_correction2, eps, step_size;
 };
 
-inline float bf16_to_float(uint16_t bits) {
-  uint32_t word = uint32_t(bits) << 16;
-  float f;
-  std::memcpy(&f, &word, sizeof f);
-  return f;
-}
+using accumulate::bf16_to_float;
 
 // The element loop, compiled for AVX-512, AVX2 and baseline x86-64; the loader picks one for this CPU.
 // Order of operations as in torch::optim::AdamW::step.
