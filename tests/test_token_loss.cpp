@@ -48,16 +48,17 @@ TEST_CASE("chunked cross-entropy equals the full-logits one, padding included", 
   auto full = run(hidden, weight, [&](const at::Tensor& h, const at::Tensor& w) {
     return train::token_loss_sum(at::linear(h, w), targets);
   });
-  for (int64_t rows : {1, 4, 64}) {
-    INFO("rows " << rows);
-    auto chunked = run(hidden, weight, [&](const at::Tensor& h, const at::Tensor& w) {
-      return train::linear_token_loss_sum(h, w, targets, rows);
-    });
-    CHECK(chunked.loss.scalar_type() == at::kFloat);
-    CHECK(rel_diff(chunked.loss, full.loss) <= 1e-6);
-    CHECK(rel_diff(chunked.grad_hidden, full.grad_hidden) <= 1e-5);
-    CHECK(rel_diff(chunked.grad_weight, full.grad_weight) <= 1e-5);
-  }
+  for (bool fused : {true, false})
+    for (int64_t rows : {1, 4, 64}) {
+      INFO("rows " << rows << " fused " << fused);
+      auto chunked = run(hidden, weight, [&](const at::Tensor& h, const at::Tensor& w) {
+        return train::linear_token_loss_sum(h, w, targets, rows, fused);
+      });
+      CHECK(chunked.loss.scalar_type() == at::kFloat);
+      CHECK(rel_diff(chunked.loss, full.loss) <= 1e-6);
+      CHECK(rel_diff(chunked.grad_hidden, full.grad_hidden) <= 1e-5);
+      CHECK(rel_diff(chunked.grad_weight, full.grad_weight) <= 1e-5);
+    }
   // Padding carries neither loss nor gradient: the rows of ignored targets get a zero hidden gradient.
   auto chunked = run(hidden, weight, [&](const at::Tensor& h, const at::Tensor& w) {
     return train::linear_token_loss_sum(h, w, targets, 2);
@@ -75,13 +76,16 @@ TEST_CASE("chunked cross-entropy in bf16 matches the full-logits path in bf16", 
   auto full = run(hidden, weight, [&](const at::Tensor& h, const at::Tensor& w) {
     return train::token_loss_sum(at::linear(h, w), targets);
   });
-  auto chunked = run(hidden, weight, [&](const at::Tensor& h, const at::Tensor& w) {
-    return train::linear_token_loss_sum(h, w, targets, 8);
-  });
-  CHECK(chunked.grad_hidden.scalar_type() == at::kBFloat16);
-  CHECK(rel_diff(chunked.loss, full.loss) <= 1e-5);
-  CHECK(rel_diff(chunked.grad_hidden, full.grad_hidden) <= 1e-2);
-  CHECK(rel_diff(chunked.grad_weight, full.grad_weight) <= 1e-2);
+  for (bool fused : {true, false}) {
+    INFO("fused " << fused);
+    auto chunked = run(hidden, weight, [&](const at::Tensor& h, const at::Tensor& w) {
+      return train::linear_token_loss_sum(h, w, targets, 8, fused);
+    });
+    CHECK(chunked.grad_hidden.scalar_type() == at::kBFloat16);
+    CHECK(rel_diff(chunked.loss, full.loss) <= 1e-5);
+    CHECK(rel_diff(chunked.grad_hidden, full.grad_hidden) <= 1e-2);
+    CHECK(rel_diff(chunked.grad_weight, full.grad_weight) <= 1e-2);
+  }
 }
 
 TEST_CASE("the decoder's logits are the output projection of its hidden states", "[loss][model]") {

@@ -10,6 +10,7 @@
 
 #include "config/Config.h"
 #include "model/Remat.h"
+#include "model/RmsNormFunction.h"
 #include "util/Errors.h"
 
 namespace shadowgrad::model {
@@ -44,6 +45,7 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.weight_dtype = dtype_from_name(c.weight_dtype);
   o.init_seed = static_cast<uint64_t>(c.init_weights_seed);
   o.hoist_weight_cast = c.hoist_weight_cast;
+  o.fused_kernels = c.fused_kernels;
   o.remat = remat_from_name(c.remat_policy);
   return o;
 }
@@ -116,10 +118,10 @@ torch::Tensor DecoderImpl::cast(const torch::Tensor& weight) const {
 }
 
 torch::Tensor DecoderImpl::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
-  // Normalise in fp32: a bf16 mean of squares loses too much precision. For fp32 x, view_as gives the norm's two
-  // uses of x one node, so their gradients are summed before the residual's, as when the norm is rematerialised
-  // (remat_policy=minimal): the same additions in the same order, so the same bits.
-  auto xf = x.scalar_type() == at::kFloat ? x.view_as(x) : x.to(at::kFloat);
+  // fp32 math inside (a bf16 mean of squares loses too much precision), one node: x's two uses inside the norm
+  // are one input of it, so remat_policy=minimal, which re-runs it, sums x's gradients in the same order.
+  if (options_.fused_kernels) return fused_rms_norm(x, weight, options_.norm_eps).to(options_.compute_dtype);
+  auto xf = x.scalar_type() == at::kFloat ? x.view_as(x) : x.to(at::kFloat);  // view_as: one node for x's two uses
   auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, true) + options_.norm_eps);
   return (normed * weight.to(at::kFloat)).to(options_.compute_dtype);
 }

@@ -28,6 +28,8 @@ struct DecoderOptions {
   // Cast each weight to compute_dtype once per optimizer step (kept through the GA loop) instead of
   // once per microbatch.
   bool hoist_weight_cast = false;
+  // RMSNorm (and SwiGLU, RoPE) as fused loops of src/kernels; false: the ATen op chains.
+  bool fused_kernels = true;
   // What backward may keep of each decoder block (MaxText's remat_policy; see model/Remat.h):
   // none: everything autograd saves; full: only the block's input, the block is re-run in backward;
   // minimal: the outputs of the projection matmuls, the norms, RoPE, the attention core and SiLU are re-run.

@@ -16,7 +16,8 @@ namespace shadowgrad::train {
 Evaluator::Evaluator(const config::Config& c, int world_size)
     : source_(data::make_eval_source(c)), interval_(c.eval_interval), last_step_(c.steps),
       batch_(c.eval_per_device_batch_size > 0 ? c.eval_per_device_batch_size : c.per_device_batch_size),
-      world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens) {
+      world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens),
+      fused_kernels_(c.fused_kernels) {
   if (!source_) return;
   const int64_t global = batch_ * world_, capacity = source_->eval_capacity();
   batches_ = c.eval_steps > 0 ? c.eval_steps : capacity / global;
@@ -51,7 +52,8 @@ double Evaluator::run(model::Decoder& model, c10::Device device, distributed::Da
     auto x = batch.tokens.to(device), y = batch.targets.to(device);
     // The training step's own loss function, so eval_loss and loss mean the same thing.
     at::Tensor loss = loss_chunk_tokens_ > 0
-                          ? linear_token_loss_sum(model->hidden(x), model->output_weight(), y, loss_chunk_tokens_)
+                          ? linear_token_loss_sum(model->hidden(x), model->output_weight(), y, loss_chunk_tokens_,
+                                                  fused_kernels_)
                           : token_loss_sum(model->forward(x), y);
     loss_sum += loss.item<double>();
     tokens += double(batch.valid_tokens());

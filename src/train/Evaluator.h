@@ -43,6 +43,7 @@ public:
 private:
   std::unique_ptr<data::DataSource> source_; // null when eval_interval <= 0
   int64_t interval_, last_step_, batch_, world_, batches_ = 0, loss_chunk_tokens_;
+  bool fused_kernels_;
 };
 
 } // namespace shadowgrad::train

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "data/Batch.h"
+#include "kernels/CrossEntropy.h"
 
 namespace shadowgrad::train {
 
@@ -14,30 +15,52 @@ at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& targets) {
 
 namespace {
 
+// The ATen path, for dtypes the fused kernel does not take (float16): per chunk of `rows`, log_softmax (fp32 out)
+// and exp written straight into the logits; the target entries, softmax - 1, computed in fp32 and rounded once.
+at::Tensor cross_entropy_chunked(at::Tensor& logits, const at::Tensor& targets, int64_t rows) {
+  auto valid = targets.ne(data::kIgnoreIndex);
+  const bool padded = !valid.all().item<bool>();
+  auto valid_f = valid.to(at::kFloat).unsqueeze(1);
+  auto safe = targets.clamp_min(0).unsqueeze(1);
+  auto loss = at::zeros({}, logits.options().dtype(at::kFloat));
+  for (int64_t r = 0; r < logits.size(0); r += rows) {
+    const int64_t n = std::min(rows, logits.size(0) - r);
+    auto chunk = logits.narrow(0, r, n);
+    auto t = safe.narrow(0, r, n), v = valid_f.narrow(0, r, n);
+    auto log_probs = at::log_softmax(chunk, -1, at::kFloat);  // fp32, `rows` x V only
+    auto target_log_probs = log_probs.gather(1, t);
+    loss.sub_(target_log_probs.mul(v).sum());
+    at::exp_out(chunk, log_probs);  // softmax, rounded once into the compute dtype
+    chunk.scatter_(1, t, target_log_probs.exp().sub_(1).to(chunk.scalar_type()));
+    if (padded) chunk.mul_(v.to(chunk.scalar_type()));  // padding rows get no gradient
+  }
+  return loss;
+}
+
+// The loss summed over rows; the logits become d loss / d logits. bf16 and fp32 take one fused pass per row
+// (src/kernels/CrossEntropy.h), which makes no fp32 copy of the logits.
+at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& targets, int64_t rows, bool fused) {
+  const bool bf16 = logits.scalar_type() == at::kBFloat16;
+  if (!fused || (!bf16 && logits.scalar_type() != at::kFloat)) return cross_entropy_chunked(logits, targets, rows);
+  auto row_loss = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  if (bf16)
+    kernels::cross_entropy_rows(reinterpret_cast<uint16_t*>(logits.data_ptr<at::BFloat16>()),
+                                targets.data_ptr<int64_t>(), row_loss.data_ptr<float>(), n, vocab, data::kIgnoreIndex,
+                                rows);
+  else
+    kernels::cross_entropy_rows(logits.data_ptr<float>(), targets.data_ptr<int64_t>(), row_loss.data_ptr<float>(), n,
+                                vocab, data::kIgnoreIndex, rows);
+  return row_loss.sum();
+}
+
 // loss = sum over valid rows of logsumexp(l) - l[target], with l = h W^T.
-// d loss / d l = softmax(l) - onehot(target) on valid rows, 0 on padding; it overwrites l chunk by chunk.
+// d loss / d l = softmax(l) - onehot(target) on valid rows, 0 on padding; it overwrites l.
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& targets, int64_t rows) {
+                            const at::Tensor& targets, int64_t rows, bool fused) {
     auto logits = at::linear(hidden, weight);  // [N, V], compute dtype: the only [N, V] tensor kept
-    auto valid = targets.ne(data::kIgnoreIndex);
-    const bool padded = !valid.all().item<bool>();
-    auto valid_f = valid.to(at::kFloat).unsqueeze(1);
-    auto safe = targets.clamp_min(0).unsqueeze(1);
-    auto loss = at::zeros({}, hidden.options().dtype(at::kFloat));
-    // Per chunk, two passes over [rows, V]: log_softmax (fp32 out), and exp written straight into the logits'
-    // dtype. The target entries, softmax - 1, are computed in fp32 and rounded once, like every other entry.
-    for (int64_t r = 0; r < logits.size(0); r += rows) {
-      const int64_t n = std::min(rows, logits.size(0) - r);
-      auto chunk = logits.narrow(0, r, n);
-      auto t = safe.narrow(0, r, n), v = valid_f.narrow(0, r, n);
-      auto log_probs = at::log_softmax(chunk, -1, at::kFloat);  // fp32, `rows` x V only
-      auto target_log_probs = log_probs.gather(1, t);
-      loss.sub_(target_log_probs.mul(v).sum());
-      at::exp_out(chunk, log_probs);  // softmax, rounded once into the compute dtype
-      chunk.scatter_(1, t, target_log_probs.exp().sub_(1).to(chunk.scalar_type()));
-      if (padded) chunk.mul_(v.to(chunk.scalar_type()));  // padding rows get no gradient
-    }
+    auto loss = cross_entropy_in_place(logits, targets.contiguous(), rows, fused);
     ctx->save_for_backward({hidden, weight});
     ctx->saved_data["grad_logits"] = logits;
     return loss;
@@ -53,16 +76,16 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     // Scale the small [N, E] side, not the [V, E] or [N, V] one.
     auto grad_hidden = at::matmul(grad_logits, weight).mul_(g);
     auto grad_weight = at::matmul(grad_logits.t(), hidden.mul(g));
-    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor()};
+    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 } // namespace
 
 at::Tensor linear_token_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                 int64_t rows) {
+                                 int64_t rows, bool fused) {
   return LinearCrossEntropy::apply(hidden.reshape({-1, hidden.size(-1)}), weight, targets.reshape({-1}),
-                                   std::max<int64_t>(1, rows));
+                                   std::max<int64_t>(1, rows), fused);
 }
 
 } // namespace shadowgrad::train

@@ -14,9 +14,10 @@ at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& targets);
 // The same loss from the final hidden states [N, T, E] and the output projection weight [V, E], both in the
 // compute dtype: logits = hidden @ weight^T. Equal to token_loss_sum(at::linear(hidden, weight), targets), but
 // the fp32 [tokens x V] log-softmax is never materialised: the logits (compute dtype) are turned into their
-// own gradient in place, `rows` tokens at a time in fp32, during the forward pass; backward() is then two
-// matmuls. Saves the fp32 logits, log-probabilities and their gradient (3 x 4 x tokens x V bytes).
+// own gradient in place during the forward pass, by a fused pass per row in fp32 math (`fused`; `rows` per thread
+// task), or by ATen's log_softmax and exp `rows` tokens at a time (not `fused`, and for float16); backward() is
+// then two matmuls. Saves the fp32 logits, log-probabilities and their gradient (3 x 4 x tokens x V bytes).
 at::Tensor linear_token_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                 int64_t rows = 64);
+                                 int64_t rows = 64, bool fused = true);
 
 } // namespace shadowgrad::train

@@ -28,6 +28,7 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
       micro_steps_(c.gradient_accumulation_steps),
       clip_threshold_(c.gradient_clipping_threshold),
       loss_chunk_tokens_(c.loss_chunk_tokens),
+      fused_kernels_(c.fused_kernels),
       schedule_(c.learning_rate, c.schedule_steps(), c.warmup_steps_fraction, c.cosine_learning_rate_final_fraction),
       debug_nan_first_(c.debug_nan_at_step > 0 ? c.debug_nan_at_step - 1 : -1),
       debug_nan_count_(c.debug_nan_num_steps),
@@ -95,7 +96,7 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
     sums.data_s += seconds_since(mark);
     at::Tensor loss = loss_chunk_tokens_ > 0
                           ? linear_token_loss_sum(model_->hidden(tokens), model_->output_weight(), targets,
-                                                  loss_chunk_tokens_)
+                                                  loss_chunk_tokens_, fused_kernels_)
                           : token_loss_sum(model_->forward(tokens), targets);
     sums.forward_s += seconds_since(mark);
     (loss * inv_tokens).backward();

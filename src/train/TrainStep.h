@@ -96,6 +96,7 @@ class TrainStep {
   int64_t micro_batch_, micro_steps_;
   double clip_threshold_;
   int64_t loss_chunk_tokens_;
+  bool fused_kernels_;
   LrSchedule schedule_;
   int64_t debug_nan_first_, debug_nan_count_;  // 0-based first poisoned step (testing only); -1 off
   int64_t fidelity_period_;                     // grad_fidelity_period
