@@ -1,4 +1,5 @@
-// mixed_add_: folding an fp32 gradient into a bf16/fp16 shadow slice by slice gives exactly the whole add_.
+// mixed_add_: folding an fp32 gradient into a bf16/fp16 shadow, or a bf16 one into an fp32 shadow, by direct loops
+// or slice by slice, gives exactly the whole add_.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -22,6 +23,12 @@ TEST_CASE("mixed_add_ equals add_ bit for bit across slice boundaries", "[accumu
       CHECK(at::equal(dst, expected));
     }
   }
+  // A bf16 gradient into an fp32 shadow (bf16 compute's fold), across the threads' 64 Ki-element blocks.
+  at::Tensor grad = at::randn({(int64_t{1} << 17) + 7}).to(at::kBFloat16);
+  at::Tensor shadow = at::randn({grad.numel()});
+  at::Tensor want_shadow = shadow.clone().add_(grad);
+  mixed_add_(shadow, grad);
+  CHECK(at::equal(shadow, want_shadow));
   // The sliced path (a pair without a direct loop): fp64 into bf16.
   at::Tensor src = at::randn({(int64_t{1} << 20) * 2 + 3}, at::kDouble);
   at::Tensor expected = at::randn({src.numel()}).to(at::kBFloat16);

@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "accumulate/StochasticRounding.h"
+
 namespace shadowgrad::accumulate {
 
 namespace {
@@ -46,6 +48,20 @@ void add_float_into(at::BFloat16* d, const float* s, int64_t n) {
   });
 }
 
+// The fold of the default setup (bf16 compute, fp32 shadow): d[i] += float(s[i]). Widening bf16 is exact, so this
+// is add_'s result bit for bit, without add_'s fp32 copy of the gradient (a third more memory traffic).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void add_bf16_bits_into_float(float* d,
+                                                                                           const uint16_t* s,
+                                                                                           int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] += bf16_to_float(s[i]);
+}
+
+void add_bf16_into_float(float* d, const at::BFloat16* s, int64_t n) {
+  at::parallel_for(0, n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    add_bf16_bits_into_float(d + begin, reinterpret_cast<const uint16_t*>(s) + begin, end - begin);
+  });
+}
+
 } // namespace
 
 void mixed_add_(at::Tensor& dst, const at::Tensor& src) {
@@ -60,6 +76,8 @@ void mixed_add_(at::Tensor& dst, const at::Tensor& src) {
       return add_float_into(dst.data_ptr<at::BFloat16>(), src.data_ptr<float>(), n);
     if (dst.scalar_type() == at::kHalf) return add_float_into(dst.data_ptr<at::Half>(), src.data_ptr<float>(), n);
   }
+  if (src.scalar_type() == at::kBFloat16 && dst.scalar_type() == at::kFloat && src.is_contiguous() && !src.is_neg())
+    return add_bf16_into_float(dst.data_ptr<float>(), src.data_ptr<at::BFloat16>(), n);
   at::Tensor d = dst.view({-1});
   at::Tensor s = src.reshape({-1});
   // Element-wise, so each slice computes exactly what the whole add would (fp32 math, rounded once into dst).

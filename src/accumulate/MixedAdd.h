@@ -7,7 +7,8 @@
 // of dst (as input and as output) as large as the whole tensor: for a 32000 x 512 output layer, 125 MiB of
 // temporaries to fold a 62.5 MiB gradient, more than the bf16 shadow saves. An fp32 gradient into a bf16/fp16
 // shadow (the case of every fold in Python and of fp32 compute) goes through a direct loop with no temporary (for
-// bf16, written on the bits so that it vectorises: as fast as the plain fp32 .grad accumulation); other
+// bf16, written on the bits so that it vectorises: as fast as the plain fp32 .grad accumulation), and so does a
+// bf16 gradient into an fp32 shadow (bf16 compute's fold: add_ would copy the gradient to fp32 first); other
 // mixed pairs are added slice by slice, which bounds the temporaries to a few MiB.
 #include <ATen/core/Tensor.h>
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <ATen/Parallel.h>
 
@@ -12,40 +13,46 @@ namespace shadowgrad::kernels {
 
 namespace {
 
-constexpr int kLanes = 16;  // one AVX-512 register of floats; GCC maps the lane arrays onto it
-
 inline float load(float v) { return v; }
 inline float load(uint16_t bits) { return accumulate::bf16_to_float(bits); }
 inline void store(float& out, float v) { out = v; }
 inline void store(uint16_t& out, float v) { out = accumulate::bf16_round_nearest(v); }
 
-// One row: returns its loss. Lane-wise partial max and sum, reduced in lane order: the same bits on every run.
+// Floats ordered as signed integers of the same width (negative values' magnitude bits flipped), so that the row's
+// maximum is an integer max reduction, which vectorises without fast-math. A NaN orders above +Inf (or below
+// -Inf when its sign bit is set); either way its exponential makes the sum, and so the loss, NaN.
+inline int16_t order_key(uint16_t b) { return int16_t(b ^ (uint16_t(int16_t(b) >> 15) & 0x7FFFu)); }
+inline int32_t order_key(float f) {
+  const uint32_t b = accumulate::float_bits(f);
+  return int32_t(b ^ (uint32_t(int32_t(b) >> 31) & 0x7FFFFFFFu));
+}
+inline float from_key(int16_t k) { return accumulate::bf16_to_float(order_key(uint16_t(k))); }
+inline float from_key(int32_t k) {
+  return accumulate::float_from_bits(uint32_t(k) ^ (uint32_t(k >> 31) & 0x7FFFFFFFu));
+}
+
+// One row: returns its loss. `scratch` (vocab floats, cache-resident) keeps each exp(l - max), so every exponential
+// is taken once. The sum is vectorised (omp simd): its order is fixed per build and CPU, so every run gives the same
+// bits, whatever the thread count.
 template <class T>
-__attribute__((always_inline)) inline float row_cross_entropy(T* __restrict row, int64_t vocab, int64_t target) {
-  float lane_max[kLanes], lane_sum[kLanes];
-  for (int j = 0; j < kLanes; ++j) lane_max[j] = -INFINITY, lane_sum[j] = 0.0f;
-  const int64_t body = vocab - vocab % kLanes;
-  for (int64_t i = 0; i < body; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const float v = load(row[i + j]);
-      lane_max[j] = v > lane_max[j] ? v : lane_max[j];
-    }
-  float max = -INFINITY;
-  for (int j = 0; j < kLanes; ++j) max = lane_max[j] > max ? lane_max[j] : max;
-  for (int64_t i = body; i < vocab; ++i) max = load(row[i]) > max ? load(row[i]) : max;
-
-  for (int64_t i = 0; i < body; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lane_sum[j] += fast_exp(load(row[i + j]) - max);
+__attribute__((always_inline)) inline float row_cross_entropy(T* __restrict row, float* __restrict scratch,
+                                                              int64_t vocab, int64_t target) {
+  auto best = order_key(row[0]);
+  for (int64_t i = 1; i < vocab; ++i) {
+    const auto k = order_key(row[i]);
+    best = k > best ? k : best;
+  }
+  const float max = from_key(best);
   float sum = 0.0f;
-  for (int j = 0; j < kLanes; ++j) sum += lane_sum[j];
-  for (int64_t i = body; i < vocab; ++i) sum += fast_exp(load(row[i]) - max);
-  // A NaN never wins a comparison, so the max skips it; its exponential makes the sum, and so the loss, NaN.
-  const float lse = max + std::log(sum);
-
-  const float target_logit = load(row[target]);
-  for (int64_t i = 0; i < vocab; ++i) store(row[i], fast_exp(load(row[i]) - lse));
-  store(row[target], fast_exp(target_logit - lse) - 1.0f);
-  return lse - target_logit;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < vocab; ++i) {
+    scratch[i] = fast_exp(load(row[i]) - max);
+    sum += scratch[i];
+  }
+  const float inv_sum = 1.0f / sum, target_logit = load(row[target]);
+  for (int64_t i = 0; i < vocab; ++i) store(row[i], scratch[i] * inv_sum);  // softmax, rounded once
+  store(row[target], scratch[target] * inv_sum - 1.0f);
+  return max + std::log(sum) - target_logit;
 }
 
 // Rows [begin, end). Compiled for AVX-512, AVX2 and baseline x86-64 (the loader picks one for this CPU); it is
@@ -53,13 +60,14 @@ __attribute__((always_inline)) inline float row_cross_entropy(T* __restrict row,
 template <class T>
 __attribute__((always_inline)) inline void row_block(T* logits, const int64_t* targets, float* row_loss, int64_t begin, int64_t end, int64_t vocab,
                       int64_t ignore) {
+  std::vector<float> scratch(static_cast<size_t>(vocab));
   for (int64_t r = begin; r < end; ++r) {
     T* row = logits + r * vocab;
     if (targets[r] == ignore) {
       std::fill(row, row + vocab, T(0));
       row_loss[r] = 0.0f;
     } else {
-      row_loss[r] = row_cross_entropy(row, vocab, targets[r]);
+      row_loss[r] = row_cross_entropy(row, scratch.data(), vocab, targets[r]);
     }
   }
 }

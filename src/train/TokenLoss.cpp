@@ -1,6 +1,7 @@
 #include "train/TokenLoss.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "data/Batch.h"
@@ -42,6 +43,7 @@ at::Tensor cross_entropy_chunked(at::Tensor& logits, const at::Tensor& targets, 
 at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& targets, int64_t rows, bool fused) {
   const bool bf16 = logits.scalar_type() == at::kBFloat16;
   if (!fused || (!bf16 && logits.scalar_type() != at::kFloat)) return cross_entropy_chunked(logits, targets, rows);
+  RECORD_FUNCTION("shadowgrad::cross_entropy_rows", std::vector<c10::IValue>());  // a row in profiler=trace
   auto row_loss = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
   const int64_t n = logits.size(0), vocab = logits.size(1);
   if (bf16)
