@@ -11,7 +11,6 @@ namespace shadowgrad::kernels {
 
 namespace {
 
-constexpr int kLanes = 16;          // one AVX-512 register of floats
 constexpr int64_t kBlockRows = 32;  // rows per task and per partial dw: fixed, so dw's sum order is too
 
 inline float load(float v) { return v; }
@@ -19,16 +18,13 @@ inline float load(uint16_t bits) { return accumulate::bf16_to_float(bits); }
 inline void store(float& out, float v) { out = v; }
 inline void store(uint16_t& out, float v) { out = accumulate::bf16_round_nearest(v); }
 
-// Sum over a row of f(i), lane-wise then lanes in order: the same bits on every run.
+// Sum over a row of f(i), vectorised (omp simd): its order is fixed per build and CPU, so every run gives the same
+// bits, whatever the thread count.
 template <class F>
 __attribute__((always_inline)) inline float row_sum(int64_t dim, F f) {
-  float lanes[kLanes] = {};
-  const int64_t body = dim - dim % kLanes;
-  for (int64_t i = 0; i < body; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lanes[j] += f(i + j);
   float sum = 0.0f;
-  for (int j = 0; j < kLanes; ++j) sum += lanes[j];
-  for (int64_t i = body; i < dim; ++i) sum += f(i);
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < dim; ++i) sum += f(i);
   return sum;
 }
 
