@@ -5,10 +5,8 @@
 # (docs/performance.md holds a committed one). Options go to bench/bench.py, e.g. --repeats 1 --dtypes bfloat16.
 # Cost: installs python3-torch once (~300 MB); about 15 min on 2 cores with the defaults.
 set -euo pipefail
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then  # the header, then bench.py's own options
-  sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"
-  exec /usr/bin/python3 "$(dirname "$0")/../bench/bench.py" --help
-fi
+source "$(dirname "$0")/lib/args.sh"
+help_with_python "$0" "$(dirname "$0")/../bench/bench.py" "$@"
 source "$(dirname "$0")/lib/setup.sh"
 install_missing_packages python3-torch
 build_shadowgrad trainer matmul_bench >&2

@@ -8,6 +8,7 @@
 #
 # Usage: scripts/fold_bench.sh [--pairs N] [--steps N] [--out DIR] [key=value ...]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 pairs=3 steps=4 out="" overrides=()
 while (($#)); do
@@ -15,14 +16,11 @@ while (($#)); do
   --pairs) pairs=$2 && shift ;;
   --steps) steps=$2 && shift ;;
   --out) out=$2 && shift ;;
-  -h | --help) sed -n '/^# Usage:/,/^set -e/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" | grep -v '^set' && exit 0 ;;
-  *=*) overrides+=("$1") ;;
-  *) echo "fold_bench.sh: unknown argument $1" >&2 && exit 2 ;;
+  *) other_argument "${BASH_SOURCE[0]}" "$1" ;;
   esac
   shift
 done
-trainer=${TRAINER:-$repo/build/trainer}
-[[ -x $trainer ]] || "$repo/scripts/build.sh" >/dev/null
+trainer=$(study_trainer)
 out=${out:-$(mktemp -d -t fold_bench.XXXXXX)}
 mkdir -p "$out"
 seed=(base_emb_dim=512 base_num_query_heads=8 base_num_kv_heads=8 base_mlp_dim=2048 base_num_decoder_layers=4

@@ -5,10 +5,8 @@
 # Prints Markdown (docs/memory.md holds a committed one). Options go to the script, e.g. --skip remat.
 # Cost: about 17 trainer runs of 3 steps and one peer run: ~5 min on a quiet 2-core machine.
 set -euo pipefail
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then  # the header, then memory_levers.py's own options
-  sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"
-  exec /usr/bin/python3 "$(dirname "$0")/../bench/memory_levers.py" --help
-fi
+source "$(dirname "$0")/lib/args.sh"
+help_with_python "$0" "$(dirname "$0")/../bench/memory_levers.py" "$@"
 source "$(dirname "$0")/lib/setup.sh"
 install_missing_packages python3-torch
 build_shadowgrad trainer >&2

@@ -16,6 +16,7 @@
 #   Writes DIR/model.tsv, DIR/stagnation.tsv, DIR/error_vs_k.png and DIR/bias_vs_k.png (default DIR: runs/numerics).
 #   A case whose .tsv exists in DIR is not rerun (delete it to redo it); the plots are always redrawn.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib/setup.sh"
 
@@ -29,9 +30,7 @@ while (($#)); do
   --stagnation-seeds) stagnation_seeds=$2 && shift ;;
   --k) ks=$2 && shift ;;
   --cases) cases=$2 && shift ;;
-  -h | --help) sed -n '/^# Usage:/,/^set -e/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" | grep -v '^set' && exit 0 ;;
-  *=*) overrides+=("$1") ;;
-  *) echo "numerics_study.sh: unknown argument $1" >&2 && exit 2 ;;
+  *) other_argument "${BASH_SOURCE[0]}" "$1" ;;
   esac
   shift
 done

@@ -14,20 +14,18 @@
 #   "final loss" is the mean training loss of the last 20 steps: with dataset_type=synthetic every step's batch is
 #   new data, so it is a held-out loss; eval_loss is reported too when the trainer logs it.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=runs/rounding-outcome overrides=() arm_list=fp32,bf16-nearest,bf16-stochastic,bf16-stochastic-seed1
 while (($#)); do
   case $1 in
   --out) out=$2 && shift ;;
   --arms) arm_list=$2 && shift ;;
-  -h | --help) sed -n '/^# Usage:/,/^set -e/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" | grep -v '^set' && exit 0 ;;
-  *=*) overrides+=("$1") ;;
-  *) echo "rounding_outcome.sh: unknown argument $1" >&2 && exit 2 ;;
+  *) other_argument "${BASH_SOURCE[0]}" "$1" ;;
   esac
   shift
 done
-trainer=${TRAINER:-$repo/build/trainer}
-[[ -x $trainer ]] || "$repo/scripts/build.sh" >/dev/null
+trainer=$(study_trainer)
 
 # The harder synthetic task: vocab 1024 (4x base.yml's), so the progressions take longer to learn.
 common=(steps=100 gradient_accumulation_steps=32 per_device_batch_size=1 max_target_length=32 vocab_size=1024

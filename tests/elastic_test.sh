@@ -18,28 +18,8 @@
 # Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed).
 set -uo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-export TRAINER=${1:-$repo/build/trainer}
-compare=${2:-$repo/build/compare_runs}
-[[ -x $TRAINER && -x $compare ]] || { echo "elastic_test: need TRAINER and COMPARE_RUNS binaries" >&2; exit 1; }
-launch=$repo/scripts/launch.sh
-unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT
-
-tmp=$(mktemp -d)
-runs=$tmp/runs
-started=()
-cleanup() { for p in "${started[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
-fail() {
-  echo "elastic_test: FAIL: $*" >&2
-  echo "elastic_test: scratch directory kept at $tmp" >&2
-  exit 1
-}
-
-tiny=(base.yml log_period=1 base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16
-      base_mlp_dim=64 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 dtype=float32 num_threads=1
-      per_device_batch_size=2 synthetic_min_length_fraction=0.2 base_output_directory=$runs
-      checkpoint_period=3 learning_rate_schedule_steps=6)
+source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" elastic_test "$@"
+tiny+=(checkpoint_period=3 learning_rate_schedule_steps=6)
 
 # train NAME NPROC STEPS key=value...: NPROC=1 runs the trainer alone (no rendezvous variables). Sets rc and log.
 train() {
