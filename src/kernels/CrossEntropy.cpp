@@ -7,16 +7,13 @@
 #include <ATen/Parallel.h>
 
 #include "accumulate/StochasticRounding.h"
+#include "kernels/Convert.h"
 #include "kernels/FastExp.h"
 
 namespace shadowgrad::kernels {
 
 namespace {
 
-inline float load(float v) { return v; }
-inline float load(uint16_t bits) { return accumulate::bf16_to_float(bits); }
-inline void store(float& out, float v) { out = v; }
-inline void store(uint16_t& out, float v) { out = accumulate::bf16_round_nearest(v); }
 
 // Floats ordered as signed integers of the same width (negative values' magnitude bits flipped), so that the row's
 // maximum is an integer max reduction, which vectorises without fast-math. A NaN orders above +Inf (or below

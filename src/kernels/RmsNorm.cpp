@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include "accumulate/StochasticRounding.h"
+#include "kernels/Convert.h"
 
 namespace shadowgrad::kernels {
 
@@ -13,10 +14,6 @@ namespace {
 
 constexpr int64_t kBlockRows = 32;  // rows per task and per partial dw: fixed, so dw's sum order is too
 
-inline float load(float v) { return v; }
-inline float load(uint16_t bits) { return accumulate::bf16_to_float(bits); }
-inline void store(float& out, float v) { out = v; }
-inline void store(uint16_t& out, float v) { out = accumulate::bf16_round_nearest(v); }
 
 // Sum over a row of f(i), vectorised (omp simd): its order is fixed per build and CPU, so every run gives the same
 // bits, whatever the thread count.

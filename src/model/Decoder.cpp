@@ -11,6 +11,8 @@
 #include "config/Config.h"
 #include "model/Remat.h"
 #include "model/RmsNormFunction.h"
+#include "model/RopeFunction.h"
+#include "model/SwiGluFunction.h"
 #include "util/Errors.h"
 
 namespace shadowgrad::model {
@@ -126,7 +128,7 @@ torch::Tensor DecoderImpl::rms_norm(const torch::Tensor& x, const torch::Tensor&
   return (normed * weight.to(at::kFloat)).to(options_.compute_dtype);
 }
 
-torch::Tensor DecoderImpl::apply_rope(const torch::Tensor& x) const {
+torch::Tensor DecoderImpl::apply_rope(const torch::Tensor& x) const {  // x [B,H,T,D]; fused_kernels=false
   const int64_t T = x.size(2), half = x.size(3) / 2;
   auto cos = rope_cos_.slice(0, 0, T), sin = rope_sin_.slice(0, 0, T);
   auto rotated = at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
@@ -151,9 +153,9 @@ torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x) {
   const auto& o = options_;
   const int64_t B = x.size(0), T = x.size(1), G = o.num_kv_heads;
   auto h = block_norm(x, b.attn_norm);
-  auto q = at::linear(h, compute(b.wq)).view({B, T, o.num_query_heads, o.head_dim}).transpose(1, 2);
-  auto k = at::linear(h, compute(b.wk)).view({B, T, G, o.head_dim}).transpose(1, 2);
-  auto v = at::linear(h, compute(b.wv)).view({B, T, G, o.head_dim}).transpose(1, 2);
+  auto q = at::linear(h, compute(b.wq)).view({B, T, o.num_query_heads, o.head_dim});
+  auto k = at::linear(h, compute(b.wk)).view({B, T, G, o.head_dim});
+  auto v = at::linear(h, compute(b.wv)).view({B, T, G, o.head_dim});
   auto out = minimal() ? rematerialise({q, k, v},
                                        [this](const std::vector<at::Tensor>& in) {
                                          return attention_core(in[0], in[1], in[2]);
@@ -165,26 +167,35 @@ torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x) {
 torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const torch::Tensor& k_proj,
                                           const torch::Tensor& v) const {
   const auto& o = options_;
-  const int64_t B = q_proj.size(0), T = q_proj.size(2), G = o.num_kv_heads, R = o.num_query_heads / o.num_kv_heads;
-  auto q = apply_rope(q_proj), k = apply_rope(k_proj);
+  const int64_t B = q_proj.size(0), T = q_proj.size(1), G = o.num_kv_heads, R = o.num_query_heads / o.num_kv_heads;
+  // Rotate, scale the small side (q; 1/sqrt(64) is a power of two, so exact), and move to [B,H,T,D]: one fused
+  // pass each (model/RopeFunction.h), or the ATen op chain.
+  const double scale = 1.0 / std::sqrt(double(o.head_dim));
+  auto q = o.fused_kernels ? rope(q_proj, rope_cos_, rope_sin_, scale) : apply_rope(q_proj.transpose(1, 2)).mul_(scale);
+  auto k = o.fused_kernels ? rope(k_proj, rope_cos_, rope_sin_, 1.0) : apply_rope(k_proj.transpose(1, 2));
   // Grouped-query attention without copying K/V: the R query heads of a group are stacked along the
   // row dimension, so one batched matmul per group serves them all.
-  auto qg = q.mul_(1.0 / std::sqrt(double(o.head_dim))).reshape({B, G, R * T, o.head_dim});  // scale the small side
+  auto qg = q.view({B, G, R * T, o.head_dim});
   auto scores = at::matmul(qg, k.transpose(-2, -1));
   scores.view({B, G, R, T, T}).add_(causal_mask_.slice(0, 0, T).slice(1, 0, T));
   // Softmax in the compute dtype: the kernel accumulates in fp32 and rounds once, as a fp32 softmax followed by
   // a cast would, without two extra fp32 [T x T] tensors per head (measured in docs/performance.md).
   auto probs = at::softmax(scores, -1).view({B, G, R * T, T});
-  auto out = at::matmul(probs, v).view({B, o.num_query_heads, T, o.head_dim});
+  auto out = at::matmul(probs, v.transpose(1, 2)).view({B, o.num_query_heads, T, o.head_dim});
   return out.transpose(1, 2).reshape({B, T, o.num_query_heads * o.head_dim});
 }
 
 torch::Tensor DecoderImpl::mlp(const Block& b, const torch::Tensor& x) {
   auto h = block_norm(x, b.mlp_norm);
   auto gate = at::linear(h, compute(b.w_gate)), up = at::linear(h, compute(b.w_up));
-  auto gated = minimal() ? rematerialise({gate, up},
-                                         [](const std::vector<at::Tensor>& in) { return at::silu(in[0]) * in[1]; })
-                         : at::silu(gate) * up;
+  // silu(gate) * up in one fused node (model/SwiGluFunction.h). It keeps only gate and up for backward, as
+  // remat_policy=minimal's rematerialisation of the op chain does, so every policy runs it plainly.
+  auto gated = options_.fused_kernels ? swiglu(gate, up)
+               : minimal()            ? rematerialise({gate, up},
+                                                      [](const std::vector<at::Tensor>& in) {
+                                                        return at::silu(in[0]) * in[1];
+                                                      })
+                                      : at::silu(gate) * up;
   return at::linear(gated, compute(b.w_down));
 }
 

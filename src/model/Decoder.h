@@ -55,12 +55,12 @@ class DecoderImpl : public torch::nn::Module {
 
   torch::Tensor block(const Block& b, const torch::Tensor& x);
   torch::Tensor attention(const Block& b, const torch::Tensor& x);
-  // softmax(rope(q) rope(k)^T / sqrt(D) + causal) v for q [B,H,T,D], k and v [B,G,T,D] -> [B,T,H*D]
+  // softmax(rope(q) rope(k)^T / sqrt(D) + causal) v for the projections q [B,T,H,D], k and v [B,T,G,D] -> [B,T,H*D]
   torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
   torch::Tensor mlp(const Block& b, const torch::Tensor& x);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  torch::Tensor apply_rope(const torch::Tensor& x) const;  // the ATen op chain (fused_kernels=false), x [B,H,T,D]
   torch::Tensor block_norm(const torch::Tensor& x, const torch::Tensor& weight) const;  // rms_norm, remat'd by minimal
-  torch::Tensor apply_rope(const torch::Tensor& x) const;  // x [B,H,T,D]
   torch::Tensor compute(const torch::Tensor& weight) const;
   bool minimal() const { return options_.remat == DecoderOptions::Remat::minimal; }
   torch::Tensor cast(const torch::Tensor& weight) const;  // to the compute dtype, through casts_ when set
