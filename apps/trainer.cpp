@@ -13,6 +13,7 @@
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
+#include "ThreadEnvironment.h"
 #include "VersionLine.h"
 #include "config/ConfigLoader.h"
 #include "config/ConfigWriter.h"
@@ -40,14 +41,6 @@ std::string configs_dir() {
   return SHADOWGRAD_SOURCE_DIR "/configs";
 }
 
-// OpenBLAS 0.3.21 detects avx512_bf16 CPUs as Prescott and runs fp32 matmul ~5x slower; it reads
-// OPENBLAS_CORETYPE only when it is loaded, so set it and re-exec before anything runs.
-void reexec_with_openblas_coretype(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") || !shadowgrad::train::cpu_has_avx512_bf16()) return;
-  setenv("OPENBLAS_CORETYPE", "COOPERLAKE", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure; then carry on as we are
-}
-
 int fail(int code, const std::string& message) {
   // In a multi-process run (scripts/launch.sh, torchrun-style variables) say which process failed.
   const char* rank = std::getenv("RANK");
@@ -60,7 +53,6 @@ int fail(int code, const std::string& message) {
 } // namespace
 
 int main(int argc, char** argv) {
-  reexec_with_openblas_coretype(argv);
   // Before any tensor exists, so that every CPU allocation is counted.
   shadowgrad::memory::TrackingAllocator::install();
   CLI::App app{"shadowgrad trainer: gradient accumulation into a grad_dtype shadow tree.\n"
@@ -103,6 +95,7 @@ int main(int argc, char** argv) {
       std::cout << shadowgrad::config::to_yaml(cfg);
       return 0;
     }
+    shadowgrad::apps::reexec_with_thread_environment(argv, cfg.dtype == "float32");  // before any matmul
     if (memory_report) {
       auto report = shadowgrad::train::probe_memory(cfg);
       std::cout << shadowgrad::memory::format_table(report) << shadowgrad::memory::to_json(report);

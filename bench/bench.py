@@ -74,7 +74,17 @@ def peer_cmd(a, dtype, pdbs, ga, steps):
             f"--layers={m['layers']}", f"--vocab={m['vocab']}", f"--seq={m['seq']}"]
 
 
+def thread_env(env, dtype):
+    """The thread-pool settings the trainer gives itself (apps/ThreadEnvironment.h), given to the peer too: it runs
+    on the same OpenBLAS and libgomp, and gains as much from them."""
+    env = dict(env, OPENBLAS_THREAD_TIMEOUT=env.get("OPENBLAS_THREAD_TIMEOUT", "4"))
+    if dtype == "float32":
+        env.setdefault("OMP_WAIT_POLICY", "passive")
+    return env
+
+
 def shadowgrad_run(a, env, dtype, pdbs, ga, steps, extra=()):
+    env = thread_env(env, dtype)
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as d:
         _, peak = run_measured(trainer_cmd(a, d, dtype, pdbs, ga, steps, extra), env)
         (run_dir,) = [os.path.join(d, x) for x in os.listdir(d)]
@@ -88,6 +98,7 @@ def shadowgrad_run(a, env, dtype, pdbs, ga, steps, extra=()):
 
 
 def peer_run(a, env, dtype, pdbs, ga, steps, extra=()):
+    env = thread_env(env, dtype)
     out, peak = run_measured(peer_cmd(a, dtype, pdbs, ga, steps) + list(extra), env)
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     kept = rows[a.warmup:]
