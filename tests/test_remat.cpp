@@ -65,17 +65,19 @@ void check_identical(const Outcome& got, const Outcome& want) {
 
 TEST_CASE("remat full and minimal equal none bit for bit in fp32: loss, every gradient, 3 steps, K=1 and K=4",
           "[remat][parity]") {
-  for (int64_t k : {1, 4}) {
-    auto c = tiny_config();
-    c.gradient_accumulation_steps = k;
-    c.per_device_batch_size = 4 / k;
-    c.synthetic_min_length_fraction = 0.2;  // padded, uneven microbatches
-    const auto none = run_policy(c, "none", 3);
-    for (const char* policy : {"full", "minimal"}) {
-      INFO("K=" << k << " remat_policy=" << policy);
-      check_identical(run_policy(c, policy, 3), none);
+  for (bool fused : {true, false})  // the fused kernels, and the ATen op chains they replace
+    for (int64_t k : {1, 4}) {
+      auto c = tiny_config();
+      c.fused_kernels = fused;
+      c.gradient_accumulation_steps = k;
+      c.per_device_batch_size = 4 / k;
+      c.synthetic_min_length_fraction = 0.2;  // padded, uneven microbatches
+      const auto none = run_policy(c, "none", 3);
+      for (const char* policy : {"full", "minimal"}) {
+        INFO("fused_kernels=" << fused << " K=" << k << " remat_policy=" << policy);
+        check_identical(run_policy(c, policy, 3), none);
+      }
     }
-  }
 }
 
 TEST_CASE("remat with bf16 compute: folding casts (hoisted or not) and plain casts give none's gradients bit for bit",

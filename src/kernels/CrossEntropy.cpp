@@ -14,7 +14,6 @@ namespace shadowgrad::kernels {
 
 namespace {
 
-
 // Floats ordered as signed integers of the same width (negative values' magnitude bits flipped), so that the row's
 // maximum is an integer max reduction, which vectorises without fast-math. A NaN orders above +Inf (or below
 // -Inf when its sign bit is set); either way its exponential makes the sum, and so the loss, NaN.
@@ -33,7 +32,7 @@ inline float from_key(int32_t k) {
 // bits, whatever the thread count.
 template <class T>
 __attribute__((always_inline)) inline float row_cross_entropy(T* __restrict row, float* __restrict scratch,
-                                                              int64_t vocab, int64_t target) {
+                                                            int64_t vocab, int64_t target) {
   auto best = order_key(row[0]);
   for (int64_t i = 1; i < vocab; ++i) {
     const auto k = order_key(row[i]);
@@ -55,8 +54,8 @@ __attribute__((always_inline)) inline float row_cross_entropy(T* __restrict row,
 // Rows [begin, end). Compiled for AVX-512, AVX2 and baseline x86-64 (the loader picks one for this CPU); it is
 // called inside the parallel_for, because a lambda's body would not inherit the clone's target.
 template <class T>
-__attribute__((always_inline)) inline void row_block(T* logits, const int64_t* targets, float* row_loss, int64_t begin, int64_t end, int64_t vocab,
-                      int64_t ignore) {
+__attribute__((always_inline)) inline void row_block(T* logits, const int64_t* targets, float* row_loss,
+                                                    int64_t begin, int64_t end, int64_t vocab, int64_t ignore) {
   std::vector<float> scratch(static_cast<size_t>(vocab));
   for (int64_t r = begin; r < end; ++r) {
     T* row = logits + r * vocab;

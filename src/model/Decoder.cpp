@@ -122,10 +122,9 @@ torch::Tensor DecoderImpl::cast(const torch::Tensor& weight) const {
 torch::Tensor DecoderImpl::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
   // fp32 math inside (a bf16 mean of squares loses too much precision), one node: x's two uses inside the norm
   // are one input of it, so remat_policy=minimal, which re-runs it, sums x's gradients in the same order.
-  if (options_.fused_kernels) return fused_rms_norm(x, weight, options_.norm_eps).to(options_.compute_dtype);
-  auto xf = x.scalar_type() == at::kFloat ? x.view_as(x) : x.to(at::kFloat);  // view_as: one node for x's two uses
-  auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, true) + options_.norm_eps);
-  return (normed * weight.to(at::kFloat)).to(options_.compute_dtype);
+  auto y = options_.fused_kernels ? fused_rms_norm(x, weight, options_.norm_eps)
+                                  : rms_norm_op_chain(x, weight, options_.norm_eps);
+  return y.to(options_.compute_dtype);
 }
 
 torch::Tensor DecoderImpl::apply_rope(const torch::Tensor& x) const {  // x [B,H,T,D]; fused_kernels=false
@@ -175,7 +174,7 @@ torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const tor
   auto k = o.fused_kernels ? rope(k_proj, rope_cos_, rope_sin_, 1.0) : apply_rope(k_proj.transpose(1, 2));
   // Grouped-query attention without copying K/V: the R query heads of a group are stacked along the
   // row dimension, so one batched matmul per group serves them all.
-  auto qg = q.view({B, G, R * T, o.head_dim});
+  auto qg = q.reshape({B, G, R * T, o.head_dim});  // a view of the fused RoPE's contiguous output
   auto scores = at::matmul(qg, k.transpose(-2, -1));
   scores.view({B, G, R, T, T}).add_(causal_mask_.slice(0, 0, T).slice(1, 0, T));
   // Softmax in the compute dtype: the kernel accumulates in fp32 and rounds once, as a fp32 softmax followed by

@@ -57,7 +57,13 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
 
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) return RmsNorm::apply(x, weight, eps);
-  auto xf = x.to(at::kFloat);
+  return rms_norm_op_chain(x, weight, eps);
+}
+
+at::Tensor rms_norm_op_chain(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  // For fp32 x, view_as gives x's two uses one node, so their gradients are summed before the residual's, as when
+  // the norm is rematerialised (remat_policy=minimal): the same additions in the same order, so the same bits.
+  auto xf = x.scalar_type() == at::kFloat ? x.view_as(x) : x.to(at::kFloat);
   auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps);
   return (normed * weight.to(at::kFloat)).to(x.scalar_type());
 }

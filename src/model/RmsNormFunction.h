@@ -10,4 +10,7 @@ namespace shadowgrad::model {
 // Other dtypes of x take the plain op chain.
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// The op chain it replaces (fused_kernels=false, and other dtypes): x.to(fp32) * rsqrt(mean(x^2) + eps) * w.
+at::Tensor rms_norm_op_chain(const at::Tensor& x, const at::Tensor& weight, double eps);
+
 } // namespace shadowgrad::model
