@@ -56,7 +56,8 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
 } // namespace
 
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) return RmsNorm::apply(x, weight, eps);
+  const bool fusable = (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && x.device().is_cpu();
+  if (fusable) return RmsNorm::apply(x, weight, eps);
   return rms_norm_op_chain(x, weight, eps);
 }
 

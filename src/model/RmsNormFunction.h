@@ -7,7 +7,7 @@
 namespace shadowgrad::model {
 
 // x: [..., dim] in float32 or bfloat16; weight: [dim] in any float dtype (its gradient comes back in that dtype).
-// Other dtypes of x take the plain op chain.
+// Other dtypes of x, and tensors not on the CPU (hardware=cuda), take the plain op chain.
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // The op chain it replaces (fused_kernels=false, and other dtypes): x.to(fp32) * rsqrt(mean(x^2) + eps) * w.

@@ -38,11 +38,12 @@ at::Tensor cross_entropy_chunked(at::Tensor& logits, const at::Tensor& targets, 
   return loss;
 }
 
-// The loss summed over rows; the logits become d loss / d logits. bf16 and fp32 take one fused pass per row
-// (src/kernels/CrossEntropy.h), which makes no fp32 copy of the logits.
+// The loss summed over rows; the logits become d loss / d logits. bf16 and fp32 on the CPU take one fused pass per
+// row (src/kernels/CrossEntropy.h), which makes no fp32 copy of the logits.
 at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& targets, int64_t rows, bool fused) {
   const bool bf16 = logits.scalar_type() == at::kBFloat16;
-  if (!fused || (!bf16 && logits.scalar_type() != at::kFloat)) return cross_entropy_chunked(logits, targets, rows);
+  if (!fused || !logits.device().is_cpu() || (!bf16 && logits.scalar_type() != at::kFloat))
+    return cross_entropy_chunked(logits, targets, rows);
   RECORD_FUNCTION("shadowgrad::cross_entropy_rows", std::vector<c10::IValue>());  // a row in profiler=trace
   auto row_loss = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
   const int64_t n = logits.size(0), vocab = logits.size(1);
