@@ -127,13 +127,7 @@ struct NormResult {
 NormResult norm_with_grads(const at::Tensor& x0, const at::Tensor& w0, const at::Tensor& g, bool fused) {
   auto x = x0.detach().clone().requires_grad_();
   auto w = w0.detach().clone().requires_grad_();
-  at::Tensor y;
-  if (fused) {
-    y = model::fused_rms_norm(x, w, 1e-6);
-  } else {  // the op chain fused_rms_norm replaced
-    auto xf = x.to(at::kFloat);
-    y = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6) * w.to(at::kFloat)).to(x.scalar_type());
-  }
+  at::Tensor y = fused ? model::fused_rms_norm(x, w, 1e-6) : model::rms_norm_op_chain(x, w, 1e-6);
   y.backward(g);
   return {y.detach().to(at::kFloat), x.grad().to(at::kFloat), w.grad()};
 }

@@ -5,12 +5,11 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "kernels/RmsNorm.h"
+#include "model/Bf16Bits.h"
 
 namespace shadowgrad::model {
 
 namespace {
-
-uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
 struct RmsNorm : torch::autograd::Function<RmsNorm> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& weight,
@@ -22,7 +21,8 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
     auto y = at::empty_like(x);
     auto rstd = at::empty({rows}, x.options().dtype(at::kFloat));
     if (x.scalar_type() == at::kBFloat16)
-      kernels::rms_norm_forward(bits(x), w.data_ptr<float>(), bits(y), rstd.data_ptr<float>(), rows, dim, float(eps));
+      kernels::rms_norm_forward(bf16_bits(x), w.data_ptr<float>(), bf16_bits(y), rstd.data_ptr<float>(), rows, dim,
+                                float(eps));
     else
       kernels::rms_norm_forward(x.data_ptr<float>(), w.data_ptr<float>(), y.data_ptr<float>(), rstd.data_ptr<float>(),
                                 rows, dim, float(eps));
@@ -44,8 +44,8 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
     auto dx = at::empty_like(x);
     auto dw = at::empty({dim}, x.options().dtype(at::kFloat));
     if (x.scalar_type() == at::kBFloat16)
-      kernels::rms_norm_backward(bits(g), bits(x), w.data_ptr<float>(), rstd.data_ptr<float>(), bits(dx),
-                                 dw.data_ptr<float>(), rows, dim);
+      kernels::rms_norm_backward(bf16_bits(g), bf16_bits(x), w.data_ptr<float>(), rstd.data_ptr<float>(),
+                                 bf16_bits(dx), dw.data_ptr<float>(), rows, dim);
     else
       kernels::rms_norm_backward(g.data_ptr<float>(), x.data_ptr<float>(), w.data_ptr<float>(),
                                  rstd.data_ptr<float>(), dx.data_ptr<float>(), dw.data_ptr<float>(), rows, dim);

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "kernels/Rope.h"
+#include "model/Bf16Bits.h"
 
 namespace shadowgrad::model {
 
@@ -16,7 +17,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-uint16_t* bf16_bits(const at::Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
 
 struct RopeFunction : torch::autograd::Function<RopeFunction> {
   // x [B,T,H,D] -> [B,H,T,D]

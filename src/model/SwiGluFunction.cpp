@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "kernels/SwiGlu.h"
+#include "model/Bf16Bits.h"
 
 namespace shadowgrad::model {
 
@@ -13,8 +14,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// bf16 tensors go to the kernels as their 16-bit patterns.
-uint16_t* bf16_bits(const at::Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
 
 struct SwiGluFunction : torch::autograd::Function<SwiGluFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {

@@ -6,6 +6,7 @@
 
 #include "data/Batch.h"
 #include "kernels/CrossEntropy.h"
+#include "model/Bf16Bits.h"
 
 namespace shadowgrad::train {
 
@@ -48,9 +49,8 @@ at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& targets,
   auto row_loss = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
   const int64_t n = logits.size(0), vocab = logits.size(1);
   if (bf16)
-    kernels::cross_entropy_rows(reinterpret_cast<uint16_t*>(logits.data_ptr<at::BFloat16>()),
-                                targets.data_ptr<int64_t>(), row_loss.data_ptr<float>(), n, vocab, data::kIgnoreIndex,
-                                rows);
+    kernels::cross_entropy_rows(model::bf16_bits(logits), targets.data_ptr<int64_t>(), row_loss.data_ptr<float>(), n,
+                                vocab, data::kIgnoreIndex, rows);
   else
     kernels::cross_entropy_rows(logits.data_ptr<float>(), targets.data_ptr<int64_t>(), row_loss.data_ptr<float>(), n,
                                 vocab, data::kIgnoreIndex, rows);
