@@ -232,14 +232,26 @@ TEST_CASE("the trainer's stochastic shadow is bitwise reproducible: two runs, 1 
 TEST_CASE("grad_rel_error is 0 for an fp32 shadow and in (0, 1e-2) for bf16 on the tiny model", "[rounding][fidelity]") {
   auto measure = [](const std::string& grad_dtype, const std::string& rounding) {
     auto c = sr_config(grad_dtype, rounding);
+    auto run = [](const config::Config& c) {
+      auto source = data::make_source(c);
+      train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source,
+                            c10::Device(c10::kCPU));
+      std::vector<train::StepStats> out{step.run(0), step.run(1), step.run(2)};
+      if (c.grad_fidelity_period > 0)
+        CHECK(step.accumulator().reference_bytes() ==
+              4 * step.accumulator().bytes() / int64_t(c10::elementSize(step.accumulator().grad_dtype())));
+      return out;
+    };
+    const auto plain = run(c);
     c.grad_fidelity_period = 2;
-    auto source = data::make_source(c);
-    train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
-    const auto first = step.run(0), second = step.run(1);
-    CHECK(std::isnan(first.grad_rel_error));  // only every grad_fidelity_period-th step
-    CHECK(step.accumulator().reference_bytes() == 4 * step.accumulator().bytes() /
-                                                      int64_t(c10::elementSize(step.accumulator().grad_dtype())));
-    return second.grad_rel_error;
+    const auto measured = run(c);
+    CHECK(std::isnan(measured[0].grad_rel_error));  // only every grad_fidelity_period-th step
+    // Measuring must not change the step: the same gradient norm on the measured step, the same loss after it.
+    // (A float32 shadow once was zeroed by the measurement, an in-place difference, and lost the step.)
+    CHECK(measured[1].grad_norm == plain[1].grad_norm);
+    CHECK(measured[1].grad_norm > 0);
+    CHECK(measured[2].loss == plain[2].loss);
+    return measured[1].grad_rel_error;
   };
   CHECK(measure("float32", "nearest") == 0.0);
   const double nearest = measure("bfloat16", "nearest"), stochastic = measure("bfloat16", "stochastic");

@@ -71,8 +71,9 @@ void ShadowState::close_reference() {
   if (reference.empty()) return;
   double diff2 = 0, ref2 = 0;
   for (size_t i = 0; i < shadows.size(); ++i) {
-    // One parameter's fp32 difference at a time: no second full-size tree.
-    const double d = at::linalg_vector_norm(shadows[i].to(at::kFloat).sub_(reference[i])).item<double>();
+    // One parameter's fp32 difference at a time: no second full-size tree. Out of place: for a float32 shadow
+    // .to(kFloat) is the shadow itself, and an in-place sub_ would zero the step's gradient.
+    const double d = at::linalg_vector_norm(at::sub(shadows[i].to(at::kFloat), reference[i])).item<double>();
     const double r = at::linalg_vector_norm(reference[i]).item<double>();
     diff2 += d * d;
     ref2 += r * r;
