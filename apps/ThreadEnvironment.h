@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "train/Runtime.h"
+#include "train/Signals.h"
 
 namespace shadowgrad::apps {
 
@@ -33,9 +34,13 @@ inline bool set_thread_environment(bool fp32_compute) {
 }
 
 // Re-execs this program with the same arguments when set_thread_environment changed something; returns only if
-// nothing changed or execv failed (then the run carries on with the environment it has).
+// nothing changed or execv failed (then the run carries on with the environment it has). A stop signal received
+// so far, or while the new image starts, reaches the new image (see train/Signals.h).
 inline void reexec_with_thread_environment(char** argv, bool fp32_compute) {
-  if (set_thread_environment(fp32_compute)) execv("/proc/self/exe", argv);
+  if (!set_thread_environment(fp32_compute)) return;
+  shadowgrad::train::carry_stop_across_exec();
+  execv("/proc/self/exe", argv);
+  shadowgrad::train::resume_after_failed_exec();
 }
 
 } // namespace shadowgrad::apps

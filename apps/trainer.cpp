@@ -21,6 +21,7 @@
 #include "memory/TrackingAllocator.h"
 #include "train/MemoryProbe.h"
 #include "train/Runtime.h"
+#include "train/Signals.h"
 #include "train/Training.h"
 #include "util/Errors.h"
 
@@ -53,6 +54,9 @@ int fail(int code, const std::string& message) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // First: a SIGINT / SIGTERM during start-up is kept (training then stops before its first step), and a SIGINT
+  // the parent left ignored (a script's background job) is honoured.
+  shadowgrad::train::install_stop_handlers();
   // Before any tensor exists, so that every CPU allocation is counted.
   shadowgrad::memory::TrackingAllocator::install();
   CLI::App app{"shadowgrad trainer: gradient accumulation into a grad_dtype shadow tree.\n"
@@ -97,6 +101,8 @@ int main(int argc, char** argv) {
     }
     shadowgrad::apps::reexec_with_thread_environment(argv, cfg.dtype == "float32");  // before any matmul
     if (memory_report) {
+      shadowgrad::train::uninstall_stop_handlers();  // it does not train: a signal ends it
+      if (const int sig = shadowgrad::train::stop_requested()) return 128 + sig;
       auto report = shadowgrad::train::probe_memory(cfg);
       std::cout << shadowgrad::memory::format_table(report) << shadowgrad::memory::to_json(report);
       return 0;

@@ -136,7 +136,7 @@ for combo in "${combos[@]}"; do
     echo "$progress: skipped (summary.json exists)"
   else
     # A run dir without summary.json is a failed or interrupted run. With a checkpoint the trainer resumes it
-    # (resume=true, the default); without one it would refuse the existing directory, so it is removed.
+    # (resume=true, the default); without one it is removed, so the run starts clean whatever its config.yml says.
     log="$sweep_dir/$name.log"
     if compgen -G "$run_dir/checkpoints/step-*" >/dev/null; then
       echo "$progress: resuming the incomplete run from its latest checkpoint"

@@ -77,7 +77,11 @@ StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, mo
   const int rank = dp ? dp->rank() : 0;
   if (rank == 0) {
     if (!cfg.run_name.empty()) start.lock = RunLock::acquire_if_present(checkpoint::run_dir_of(cfg));
-    start.dir.emplace(RunDirectory::create(cfg, checkpoint::can_resume(cfg)));
+    start.dir.emplace(RunDirectory::create(cfg, checkpoint::can_resume(cfg), config::to_yaml(cfg)));
+    if (start.dir->restarted())
+      spdlog::info("run {} was stopped before its first checkpoint; its config.yml is this command's: starting it "
+                   "again from step 0",
+                   start.dir->path());
     if (!start.lock) start.lock.emplace(RunLock::acquire(start.dir->path()));
     start.checkpoints.emplace(cfg, start.dir->path(), topology);
     start.state = start.checkpoints->restore(*model, optimizer);
@@ -93,6 +97,18 @@ StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, mo
     if (resumed > 0) dp->verify_same_start(model->parameters());
   }
   return start;
+}
+
+// The stop every process acts on, at the same point: this one's signal, else SIGTERM when another process got one
+// (the others would otherwise wait in the next all-reduce until the timeout). 0: carry on.
+int agreed_stop(const StopSignals& signals, distributed::DataParallel* dp) {
+  int stop = signals.requested();
+  if (dp && dp->global_sum(stop ? 1.0 : 0.0) > 0 && !stop) stop = SIGTERM;
+  return stop;
+}
+
+std::string stopped_by(const StopSignals& signals, int stop) {
+  return signals.requested() ? signal_name(stop) : "another process's signal";
 }
 
 // Optimizer state held by this process; with shard_optimizer_over_data it is about 1/WORLD_SIZE of the full state.
@@ -153,6 +169,7 @@ RunSummary finish_from_disk(const StartPoint& start, TrainStep& step, const memo
 } // namespace
 
 RunSummary Training::run() {
+  StopSignals signals;  // first: a signal while the model is built and the checkpoint loaded stops before step 1
   const int threads = configure_threads(cfg_.num_threads);
   configure_allocator_cache(cfg_.cpu_allocator_cache_mib);
   if (cfg_.dtype == "bfloat16" && device_.is_cpu() && !cpu_has_avx512_bf16())
@@ -191,7 +208,11 @@ RunSummary Training::run() {
   const int64_t earlier_steps = state.step;
   int64_t total_tokens = 0;
   NonFiniteGuard guard(cfg_.max_consecutive_nonfinite, state);
-  StopSignals signals;
+  if (const int stop = agreed_stop(signals, dp.get()))  // during start-up
+    throw InterruptedError(fmt::format("stopped by {} before step {}; rerun the same command to {}",
+                                       stopped_by(signals, stop), state.step + 1,
+                                       state.step > 0 ? "resume" : "start it again"),
+                           stop);
   StepProfiler profiler(start.dir ? start.dir->file("profile.trace.json") : "",
                         state.step + cfg_.skip_first_n_steps_for_profiler,
                         cfg_.profiler == "trace" && start.dir ? cfg_.profiler_steps : 0);
@@ -221,17 +242,14 @@ RunSummary Training::run() {
     guard.check(st);
     // Checkpoints fall between optimizer steps, where the shadow tree is zero: nothing is lost.
     state.step = s + 1;
-    // With several processes they all stop after the same step when any of them was signalled (the others
-    // would otherwise wait in the next all-reduce until the timeout).
-    int stop = signals.requested();
-    if (dp && dp->global_sum(stop ? 1.0 : 0.0) > 0 && !stop) stop = SIGTERM;
+    const int stop = agreed_stop(signals, dp.get());
     if (start.checkpoints && (start.checkpoints->due(state.step) || (stop && cfg_.enable_checkpointing)))
       start.checkpoints->save(state, *model, step.optimizer());
     if (stop) {
       progress.finish();
-      throw InterruptedError(fmt::format("stopped by {} after step {}{}",
-                                         signals.requested() ? signal_name(stop) : "another process's signal",
-                                         state.step, cfg_.enable_checkpointing ? "; rerun the same command to resume" : ""),
+      throw InterruptedError(fmt::format("stopped by {} after step {}; rerun the same command to {}",
+                                         stopped_by(signals, stop), state.step,
+                                         cfg_.enable_checkpointing ? "resume" : "start it again (no checkpoint)"),
                              stop);
     }
   }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Intent: Ctrl-C under a launcher, as a terminal sends it: SIGINT to the whole process group of
+#   - `scripts/launch.sh --nproc 2 ...` (MODE=launch): each trainer gets the terminal's SIGINT and launch.sh's SIGTERM
+#     within milliseconds, one stop request (src/train/Signals.h);
+#   - `torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 --no_python TRAINER ...` (MODE=torchrun): the
+#     workers run in their own session, so only the agent's SIGTERM reaches them.
+# Either way the step under way finishes, rank 0 writes a checkpoint, no trainer exits at once ("exiting now"), and
+# re-running the same command resumes from that checkpoint and finishes with every step once.
+# Cost: two 2-process runs of the tiny model, about 5 s (torchrun: plus its Python start-up, about 5 s more).
+#
+# Usage: tests/signals_test.sh launch|torchrun TRAINER COMPARE_RUNS
+# Exit: 0 pass; 1 fail (the scratch directory is kept); 77 skipped (MODE=torchrun without /usr/bin/torchrun).
+set -uo pipefail
+
+mode=${1:-}
+shift
+[[ $mode == launch || $mode == torchrun ]] || { echo "usage: $0 launch|torchrun TRAINER COMPARE_RUNS" >&2; exit 1; }
+if [[ $mode == torchrun ]] && ! command -v torchrun >/dev/null; then
+  echo "signals_test: SKIPPED: no torchrun on PATH (Debian: apt install python3-torch)"
+  exit 77
+fi
+source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" "signals_test ($mode)" "$@"
+
+steps=20
+# K=16: a step takes about 0.1 s, so the signal finds the run well before its end.
+args=("${tiny[@]}" steps=$steps gradient_accumulation_steps=16 checkpoint_period=1000 run_name=group_int)
+if [[ $mode == launch ]]; then
+  cmd=("$launch" --nproc 2 "${args[@]}")
+else
+  cmd=(torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 --no_python "$TRAINER" "${args[@]}")
+fi
+metrics=$runs/group_int/metrics.jsonl
+
+echo "== $mode: SIGINT to the process group after step 2"
+set -m  # the launcher gets a process group of its own, as a terminal's foreground job does
+"${cmd[@]}" >"$tmp/first.log" 2>&1 &
+pgid=$!
+set +m
+started+=("$pgid")
+for ((i = 0; i < 1200; i++)); do
+  [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] && break
+  sleep 0.05
+done
+[[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] || { cat "$tmp/first.log" >&2; fail "no 2 steps within 60 s"; }
+kill -INT -- "-$pgid"
+rc=0
+wait "$pgid" || rc=$?
+echo "launcher exited $rc"
+done_steps=$(grep -c '"step"' "$metrics")
+((rc != 0)) || fail "the launcher exited 0 after SIGINT at step $done_steps of $steps"
+((done_steps < steps)) || fail "the run finished before the signal took effect"
+grep -q "exiting now" "$tmp/first.log" && { cat "$tmp/first.log" >&2; fail "a trainer exited at once (a burst read as two requests)"; }
+grep -q "stopped by SIG" "$tmp/first.log" || { cat "$tmp/first.log" >&2; fail "no trainer says it stopped by a signal"; }
+[[ -d $runs/group_int/checkpoints/step-$done_steps ]] ||
+  { cat "$tmp/first.log" >&2; fail "no checkpoint at step $done_steps, the last step in metrics.jsonl"; }
+echo "stopped after step $done_steps with checkpoint step-$done_steps"
+
+echo "== $mode: the same command resumes and finishes"
+rc=0
+"${cmd[@]}" >"$tmp/again.log" 2>&1 || rc=$?
+((rc == 0)) || { cat "$tmp/again.log" >&2; fail "the rerun exited $rc"; }
+grep -q "resumed from" "$tmp/again.log" || { cat "$tmp/again.log" >&2; fail "the rerun did not resume"; }
+[[ $(grep -o '"step": *[0-9]*' "$metrics" | grep -o '[0-9]*$' | tr '\n' ' ') == "$(seq -s ' ' 1 $steps) " ]] ||
+  fail "metrics.jsonl does not hold steps 1..$steps once each: $(grep -o '"step": *[0-9]*' "$metrics" | tr '\n' ' ')"
+[[ -f $runs/group_int/summary.json ]] || fail "the rerun wrote no summary.json"
+echo "signals_test ($mode): PASS"
+rm -rf "$tmp"
