@@ -2,8 +2,9 @@
 # Intent: Ctrl-C under a launcher, as a terminal sends it: SIGINT to the whole process group of
 #   - `scripts/launch.sh --nproc 2 ...` (MODE=launch): each trainer gets the terminal's SIGINT and launch.sh's SIGTERM
 #     within milliseconds, one stop request (src/train/Signals.h);
-#   - `torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 --no_python TRAINER ...` (MODE=torchrun): the
-#     workers run in their own session, so only the agent's SIGTERM reaches them.
+#   - `torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 --no_python TRAINER ...` (MODE=torchrun; with
+#     --standalone's c10d rendezvous on a free port instead of its fixed 29400): the workers run in their own
+#     session, so only the agent's SIGTERM reaches them.
 # Either way the step under way finishes, rank 0 writes a checkpoint, no trainer exits at once ("exiting now"), and
 # re-running the same command resumes from that checkpoint and finishes with every step once.
 # Cost: two 2-process runs of the tiny model, about 5 s (torchrun: plus its Python start-up, about 5 s more).
@@ -27,7 +28,11 @@ args=("${tiny[@]}" steps=$steps gradient_accumulation_steps=16 checkpoint_period
 if [[ $mode == launch ]]; then
   cmd=("$launch" --nproc 2 "${args[@]}")
 else
-  cmd=(torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 --no_python "$TRAINER" "${args[@]}")
+  # --standalone's rendezvous, on a free port: --standalone itself always takes port 29400, which another job on a
+  # shared machine may hold.
+  port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cmd=(torchrun --nnodes 1 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "signals$$"
+       --nproc_per_node 2 --redirects 1 --tee 1 --no_python "$TRAINER" "${args[@]}")
 fi
 metrics=$runs/group_int/metrics.jsonl
 
