@@ -11,11 +11,13 @@
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "ThreadEnvironment.h"
 #include "VersionLine.h"
 #include "config/ConfigLoader.h"
+#include "config/ConfigSchema.h"
 #include "config/ConfigWriter.h"
 #include "memory/MemoryReport.h"
 #include "memory/TrackingAllocator.h"
@@ -51,6 +53,16 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
+// `--steps 5` is a natural guess; config keys are given as steps=5.
+std::string flag_hint(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (app.get_option_no_throw(argv[i]) != nullptr) continue;  // one of the trainer's own flags
+    std::string fix = shadowgrad::config::override_for_flag(argv[i], i + 1 < argc ? argv[i + 1] : "");
+    if (!fix.empty()) return fmt::format(" (config keys are given as key=value: did you mean '{}'?)", fix);
+  }
+  return "";
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -77,7 +89,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return fail(kExitBadInput, e.what());
+    return fail(kExitBadInput, e.what() + flag_hint(app, argc, argv));
   }
 
   if (help_config || help_config_md) {
@@ -99,7 +111,7 @@ int main(int argc, char** argv) {
       std::cout << shadowgrad::config::to_yaml(cfg);
       return 0;
     }
-    shadowgrad::apps::reexec_with_thread_environment(argv, cfg.dtype == "float32");  // before any matmul
+    shadowgrad::apps::reexec_with_thread_environment(argv, cfg.dtype == shadowgrad::config::FloatDtype::float32);  // before any matmul
     if (memory_report) {
       shadowgrad::train::uninstall_stop_handlers();  // it does not train: a signal ends it
       if (const int sig = shadowgrad::train::stop_requested()) return 128 + sig;

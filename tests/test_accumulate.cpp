@@ -109,7 +109,7 @@ TEST_CASE("p.grad() stays undefined during accumulation and the fold count is on
 TEST_CASE("a bf16 shadow tracks the fp32 shadow within 1e-2 over 8 steps of loss", "[accumulate][bf16]") {
   auto run = [](const std::string& grad_dtype) {
     auto c = split(tiny_config(), 4, 2);
-    c.grad_dtype = grad_dtype;
+    set_key(c, "grad_dtype", grad_dtype);
     auto source = data::make_source(c);
     train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
     std::vector<double> losses;
@@ -175,7 +175,7 @@ namespace {
 std::vector<at::Tensor> bf16_compute_shadows(c10::ScalarType grad_dtype, bool folding, bool hoist,
                                              int64_t* folds = nullptr) {
   auto c = tiny_config();
-  c.dtype = "bfloat16";
+  c.dtype = config::FloatDtype::bfloat16;
   c.hoist_weight_cast = hoist;
   c.synthetic_min_length_fraction = 0.3;
   auto source = data::make_source(c);

@@ -23,6 +23,7 @@
 #include "model/Decoder.h"
 #include "train/TrainStep.h"
 #include "util/Errors.h"
+#include "Skip.h"
 
 using namespace shadowgrad;
 namespace fs = std::filesystem;
@@ -87,7 +88,7 @@ config::Config rig_config(const std::string& base, int64_t k, const std::string&
   c.run_name = "r";
   c.per_device_batch_size = 2;
   c.gradient_accumulation_steps = k;
-  c.grad_dtype = grad_dtype;
+  set_key(c, "grad_dtype", grad_dtype);
   return c;
 }
 
@@ -244,7 +245,7 @@ TEST_CASE("a changed model shape, vocab or optimizer names the key, allowed keys
   const Change changes[] = {{"base_emb_dim", [](config::Config& x) { x.base_emb_dim = 48; }},
                             {"vocab_size", [](config::Config& x) { x.vocab_size = 128; }},
                             {"base_num_decoder_layers", [](config::Config& x) { x.base_num_decoder_layers = 3; }},
-                            {"opt_type", [](config::Config& x) { x.opt_type = "adam"; }}};
+                            {"opt_type", [](config::Config& x) { x.opt_type = config::OptType::adam; }}};
   for (const auto& change : changes) {
     config::Config other = c;
     change.apply(other);
@@ -509,8 +510,7 @@ TEST_CASE("a full disk during a checkpoint write: a clear error, and the earlier
   fs::create_directories(mnt);
   const uintmax_t kib = (one * 3 / 2 + 32 * 1024) / 1024;
   if (std::system(("mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs " + mnt + " 2>/dev/null").c_str()) != 0) {
-    WARN("skipped: cannot mount a small tmpfs here (needs root); the full-disk path is untested on this machine");
-    return;
+    SG_SKIP("cannot mount a small tmpfs here (needs root); the full-disk path is untested on this machine");
   }
   struct Unmount {
     std::string dir;

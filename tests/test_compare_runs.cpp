@@ -24,6 +24,7 @@
 #include "compare/RunComparison.h"
 #include "compare/StepRange.h"
 #include "compare/Tolerance.h"
+#include "Skip.h"
 
 namespace fs = std::filesystem;
 using namespace shadowgrad::compare;
@@ -360,7 +361,7 @@ TEST_CASE("compare_runs binary: exit codes 0, 1 and 2", "[compare][cli]") {
 #else
 
 TEST_CASE("compare_runs binary: exit codes 0, 1 and 2", "[compare][cli]") {
-  WARN("skipped: COMPARE_RUNS_BIN is not defined, so the compare_runs binary is not tested");
+  SG_SKIP("COMPARE_RUNS_BIN is not defined, so the compare_runs binary is not tested");
 }
 
 #endif

@@ -60,7 +60,7 @@ TEST_CASE("docs/config.md is generated from the schema", "[config]") {
 TEST_CASE("to_yaml round-trips a modified config", "[config]") {
   Config c;
   c.steps = 7;
-  c.grad_dtype = "bfloat16";
+  c.grad_dtype = GradDtype::bfloat16;
   c.run_name = "has \"quotes\" and \\";
   c.learning_rate = 1.25e-4;
   Config back = load_config(temp_yaml(to_yaml(c)), {});
@@ -72,7 +72,7 @@ TEST_CASE("overrides are typed and validated", "[config]") {
                                                    "learning_rate=1e-3"});
   CHECK(c.steps == 3);
   CHECK(c.gradient_accumulation_steps == 4);
-  CHECK(c.grad_dtype == "bfloat16");
+  CHECK(c.grad_dtype == GradDtype::bfloat16);
   CHECK(c.learning_rate == 1e-3);
 }
 

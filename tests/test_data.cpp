@@ -50,7 +50,7 @@ std::string write_temp(const std::string& name, const std::string& bytes) {
 }
 config::Config text_config(const std::string& path) {
   auto c = tiny_config();
-  c.dataset_type = "text";
+  c.dataset_type = config::DatasetType::text;
   c.dataset_path = path;
   c.vocab_size = 256;
   return c;

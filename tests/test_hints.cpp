@@ -9,6 +9,7 @@
 #include <string>
 
 #include "TrainerProcess.h"
+#include "Skip.h"
 
 namespace fs = std::filesystem;
 namespace tp = trainer_process;
@@ -140,8 +141,7 @@ TEST_CASE("hint: hardware=cuda without CUDA -> use hardware=cpu", "[hints]") {
   const std::string base = tp::fresh_dir("hint_cuda");
   auto r = tiny(base, "steps=1 hardware=cuda");
   if (r.code == 0) {
-    WARN("skipped: this LibTorch has CUDA and a GPU, so the hint is not printed");
-    return;
+    SG_SKIP("this LibTorch has CUDA and a GPU, so the hint is not printed");
   }
   expect_hint(r, 2, "use hardware=cpu");
   expect_ok(tiny(base, "steps=1 hardware=cpu"));
@@ -153,4 +153,12 @@ TEST_CASE("hint: a key overridden twice -> give it once, a missing CONFIG -> the
   auto r = tp::run("steps=10");
   expect_hint(r, 2, "e.g. trainer base.yml steps=10");
   expect_ok(tp::run("base.yml steps=10 --print-config"));
+}
+
+TEST_CASE("hint: a config key written as a flag -> key=value, a key in capitals -> its lower-case name", "[hints]") {
+  const std::string base = tp::fresh_dir("hint_flag");
+  expect_hint(tiny(base, "--steps 1"), 2, "did you mean 'steps=1'?");
+  expect_hint(tiny(base, "--log-period=1 steps=1"), 2, "did you mean 'log_period=1'?");
+  expect_hint(tiny(base, "STEPS=1"), 2, "did you mean 'steps'?");
+  expect_ok(tiny(base, "steps=1"));
 }

@@ -133,7 +133,7 @@ TEST_CASE("the allocator's block cache reuses a freed block of the same size and
 TEST_CASE("no K-dependent gradient memory: a K=4 step's peak is within 5% of a K=1 step's", "[memory][ga]") {
   for (const char* grad_dtype : {"float32", "bfloat16"}) {
     auto c = tiny_config();
-    c.grad_dtype = grad_dtype;
+    set_key(c, "grad_dtype", grad_dtype);
     c.per_device_batch_size = 4;
     c.gradient_accumulation_steps = 1;
     const int64_t k1 = steady_step_peak(c);
@@ -150,7 +150,7 @@ TEST_CASE("a bfloat16 shadow tree peaks below naive fp32 accumulation by 2 bytes
   auto c = tiny_config();
   c.gradient_accumulation_steps = 4;
   c.per_device_batch_size = 2;
-  c.grad_dtype = "bfloat16";
+  c.grad_dtype = config::GradDtype::bfloat16;
   auto source = data::make_source(c);
   const data::Batch batch = source->examples(0, 0, c.local_batch());
   const double inv_tokens = 1.0 / double(batch.valid_tokens());
@@ -209,7 +209,7 @@ TEST_CASE("a bfloat16 shadow tree peaks below naive fp32 accumulation by 2 bytes
 TEST_CASE("hoist_weight_cast gives bit-identical gradients and training, and holds 2 bytes/param of bf16 weights",
           "[memory][hoist]") {
   auto c = tiny_config();
-  c.dtype = "bfloat16";  // fp32 master weights, bf16 compute: the case hoisting is for
+  c.dtype = config::FloatDtype::bfloat16;  // fp32 master weights, bf16 compute: the case hoisting is for
   c.gradient_accumulation_steps = 4;
   c.per_device_batch_size = 1;
   c.hoist_weight_cast = false;

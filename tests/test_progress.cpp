@@ -8,6 +8,7 @@
 
 #include "TrainerProcess.h"
 #include "train/Progress.h"
+#include "Skip.h"
 
 namespace {
 
@@ -45,6 +46,15 @@ TEST_CASE("a progress line shows step/steps, loss, tokens/s, peak memory and ETA
   CHECK(line.find('\n') == std::string::npos);
 }
 
+TEST_CASE("a progress line shows the latest eval_loss once an evaluation has run", "[progress]") {
+  shadowgrad::train::ProgressLine p;
+  p.step = 4;
+  p.loss = 2.5;
+  CHECK_THAT(shadowgrad::train::format_progress(p, 10), !Catch::Contains("eval_loss"));
+  p.eval_loss = 3.25;
+  CHECK_THAT(shadowgrad::train::format_progress(p, 10), Catch::StartsWith("step 4/10 | loss 2.5000 | eval_loss 3.2500"));
+}
+
 TEST_CASE("not on a terminal: plain log lines every log_period, no carriage return", "[progress]") {
   std::string out = capture(tiny_run("pipe"));
   CHECK(out.find('\r') == std::string::npos);
@@ -54,8 +64,7 @@ TEST_CASE("not on a terminal: plain log lines every log_period, no carriage retu
 
 TEST_CASE("on a terminal: one live line redrawn with carriage returns", "[progress]") {
   if (std::system("command -v script >/dev/null 2>&1") != 0) {
-    WARN("skipped: util-linux 'script' is not installed, so no pseudo-terminal is available");
-    return;
+    SG_SKIP("util-linux 'script' is not installed, so no pseudo-terminal is available");
   }
   // script(1) runs the trainer on a pseudo-terminal.
   std::string out = capture("script -qec '" + tiny_run("tty") + "' /dev/null");

@@ -30,7 +30,7 @@ struct Outcome {
 };
 
 Outcome run_policy(config::Config c, const std::string& policy, int64_t steps) {
-  c.remat_policy = policy;
+  set_key(c, "remat_policy", policy);
   auto source = data::make_source(c);
   train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
   Outcome o;
@@ -85,8 +85,8 @@ TEST_CASE("remat with bf16 compute: folding casts (hoisted or not) and plain cas
   for (bool fold_in_compute : {true, false}) {
     for (bool hoist : {true, false}) {
       auto c = tiny_config();
-      c.dtype = "bfloat16";
-      c.grad_dtype = "bfloat16";
+      c.dtype = config::FloatDtype::bfloat16;
+      c.grad_dtype = config::GradDtype::bfloat16;
       c.gradient_accumulation_steps = 4;
       c.per_device_batch_size = 1;
       c.fold_in_compute_dtype = fold_in_compute;
@@ -151,7 +151,7 @@ TEST_CASE("a rematerialised microbatch keeps less for backward: full < minimal <
   auto source = data::make_source(c);
   const auto batch = source->examples(0, 0, 4);
   auto kept_for_backward = [&](const std::string& policy) {
-    c.remat_policy = policy;
+    set_key(c, "remat_policy", policy);
     model::Decoder model(model::DecoderOptions::from_config(c));
     accumulate::ShadowAccumulator acc(model->parameters(), at::kFloat);
     acc.begin();
@@ -175,7 +175,7 @@ TEST_CASE("adam_state_dtype=bfloat16 tracks fp32 moments within 1e-2 of loss ove
     auto c = tiny_config();
     c.gradient_accumulation_steps = 4;
     c.per_device_batch_size = 2;
-    c.adam_state_dtype = state_dtype;
+    set_key(c, "adam_state_dtype", state_dtype);
     auto source = data::make_source(c);
     train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
     std::vector<double> losses;

@@ -182,11 +182,11 @@ namespace {
 
 config::Config sr_config(const std::string& grad_dtype, const std::string& rounding) {
   auto c = tiny_config();
-  c.dtype = "bfloat16";  // compute-dtype folds (bf16 gradients) and the embedding-rows path
+  c.dtype = config::FloatDtype::bfloat16;  // compute-dtype folds (bf16 gradients) and the embedding-rows path
   c.gradient_accumulation_steps = 4;
   c.per_device_batch_size = 1;
-  c.grad_dtype = grad_dtype;
-  c.grad_accum_rounding = rounding;
+  set_key(c, "grad_dtype", grad_dtype);
+  set_key(c, "grad_accum_rounding", rounding);
   return c;
 }
 

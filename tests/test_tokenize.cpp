@@ -91,8 +91,8 @@ TEST_CASE("build/tokenize: text -> tokenizer + llm.c train.bin/val.bin, reported
   const auto r = run_tokenize(text + " --out-dir " + dir + " --vocab-size 80 --model-type bpe --val-fraction 0.1");
   INFO(r.text);
   REQUIRE(r.code == 0);
-  auto train = data::TokenFile::open(dir + "/train.bin", "llmc", "train");
-  auto val = data::TokenFile::open(dir + "/val.bin", "llmc", "val");
+  auto train = data::TokenFile::open(dir + "/train.bin", config::TokenFileFormat::llmc, "train");
+  auto val = data::TokenFile::open(dir + "/val.bin", config::TokenFileFormat::llmc, "val");
   CHECK(train.bytes_per_token() == 2);
   CHECK(train.max_token() < 80);
   CHECK_THAT(r.text, Catch::Contains(fmt::format("train.bin: {} tokens from 90 documents", train.size())));
@@ -103,7 +103,7 @@ TEST_CASE("build/tokenize: text -> tokenizer + llm.c train.bin/val.bin, reported
   const auto again =
       run_tokenize(text + " --out-dir " + dir + "2 --model " + dir + "/tokenizer.model --val-fraction 0.1");
   REQUIRE(again.code == 0);
-  auto train2 = data::TokenFile::open(dir + "2/train.bin", "llmc", "train");
+  auto train2 = data::TokenFile::open(dir + "2/train.bin", config::TokenFileFormat::llmc, "train");
   CHECK(train2.size() == train.size());
 }
 

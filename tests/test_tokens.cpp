@@ -24,9 +24,9 @@ namespace {
 
 config::Config token_config(const std::string& path, const std::string& format = "llmc") {
   auto c = tiny_config();
-  c.dataset_type = "tokens";
+  c.dataset_type = config::DatasetType::tokens;
   c.dataset_path = path;
-  c.token_file_format = format;
+  set_key(c, "token_file_format", format);
   return c;
 }
 
@@ -49,9 +49,9 @@ TEST_CASE("llm.c v1 (uint16) and v7 (uint32) files and raw uint16 files read bac
   big[500] = 70000; // forces uint32 (v7)
   const std::string v1 = tf::llmc_file("v1.bin", tokens), v7 = tf::llmc_file("v7.bin", big),
                     raw = tf::raw_u16_file("raw.bin", tokens);
-  auto f1 = data::TokenFile::open(v1, "llmc", "dataset_path");
-  auto f7 = data::TokenFile::open(v7, "llmc", "dataset_path");
-  auto fr = data::TokenFile::open(raw, "raw_uint16", "dataset_path");
+  auto f1 = data::TokenFile::open(v1, config::TokenFileFormat::llmc, "dataset_path");
+  auto f7 = data::TokenFile::open(v7, config::TokenFileFormat::llmc, "dataset_path");
+  auto fr = data::TokenFile::open(raw, config::TokenFileFormat::raw_uint16, "dataset_path");
   CHECK(std::filesystem::file_size(v1) == 1024 + 2 * 1000);
   CHECK(std::filesystem::file_size(v7) == 1024 + 4 * 1000);
   CHECK(f1.bytes_per_token() == 2);

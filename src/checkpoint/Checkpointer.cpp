@@ -47,7 +47,9 @@ std::string fnv1a64_hex(const std::string& text) {
 
 std::vector<std::pair<std::string, std::string>> frozen_values(const config::Config& cfg) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& key : frozen_keys()) out.emplace_back(key, config::find_key(key)->get(cfg));
+  // The SG_FROZEN_* keys of ConfigKeys.def: parameter shapes, vocabulary, master-weight dtype, optimizer.
+  for (const auto& key : config::schema())
+    if (key.frozen) out.emplace_back(key.name, key.get(cfg));
   return out;
 }
 
@@ -181,14 +183,6 @@ TrainState load_and_report(const Verified& v, torch::nn::Module& model, torch::o
 
 std::string run_dir_of(const config::Config& cfg) {
   return (fs::path(cfg.base_output_directory) / cfg.run_name).string();
-}
-
-const std::vector<std::string>& frozen_keys() {
-  // Parameter shapes, the vocabulary, the master-weight dtype and the optimizer (its state layout).
-  static const std::vector<std::string> keys = {"base_emb_dim",     "base_num_query_heads", "base_num_kv_heads",
-                                                "base_mlp_dim",     "base_num_decoder_layers", "head_dim",
-                                                "vocab_size",       "weight_dtype",         "opt_type"};
-  return keys;
 }
 
 bool can_resume(const config::Config& cfg) {

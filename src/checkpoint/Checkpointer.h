@@ -81,7 +81,4 @@ bool can_resume(const config::Config& cfg);
 // base_output_directory/run_name: where a run with an explicit run_name lives.
 std::string run_dir_of(const config::Config& cfg);
 
-// The config keys that must match between a checkpoint and the run loading it.
-const std::vector<std::string>& frozen_keys();
-
 } // namespace shadowgrad::checkpoint

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "config/ConfigEnums.h"
+
 namespace shadowgrad::config {
 
 struct Config {
@@ -14,7 +16,7 @@ struct Config {
 #define SG_FLOAT(name, def, min, max, help) double name = def;
 #define SG_BOOL(name, def, help) bool name = def;
 #define SG_STRING(name, def, help) std::string name = def;
-#define SG_ENUM(name, def, choices, help) std::string name = def;
+#define SG_ENUM(name, type, def, help) type name = type::def;
 #include "config/ConfigKeys.def"
 #undef SG_SECTION
 #undef SG_INT

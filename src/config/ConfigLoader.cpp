@@ -35,15 +35,15 @@ std::string read_file(const std::string& path) {
 
 // Held-out evaluation: file data needs a held-out file; synthetic data is endless, so it needs a batch count.
 void validate_eval(const Config& c) {
-  if (c.dataset_type == "synthetic" && !c.eval_dataset_path.empty())
+  if (c.dataset_type == DatasetType::synthetic && !c.eval_dataset_path.empty())
     throw ConfigError(fmt::format("eval_dataset_path='{}' is set but dataset_type=synthetic; synthetic eval data "
                                   "comes from the generator", c.eval_dataset_path));
   if (c.eval_interval <= 0) return;
-  if (c.dataset_type != "synthetic" && c.eval_dataset_path.empty())
+  if (c.dataset_type != DatasetType::synthetic && c.eval_dataset_path.empty())
     throw ConfigError(fmt::format("eval_interval={} with dataset_type={} needs eval_dataset_path=<a held-out file> "
                                   "(build/tokenize writes val.bin); training never reads it",
                                   c.eval_interval, c.dataset_type));
-  if (c.dataset_type == "synthetic" && c.eval_steps <= 0)
+  if (c.dataset_type == DatasetType::synthetic && c.eval_steps <= 0)
     throw ConfigError(fmt::format("eval_interval={} with synthetic data needs eval_steps >= 1 (synthetic data has no "
                                   "end to evaluate up to)", c.eval_interval));
 }
@@ -112,11 +112,11 @@ void validate(const Config& c) {
     fail(fmt::format("base_num_query_heads ({}) must be a multiple of base_num_kv_heads ({})",
                      c.base_num_query_heads, c.base_num_kv_heads));
   if (c.head_dim % 2 != 0) fail(fmt::format("head_dim ({}) must be even for RoPE", c.head_dim));
-  if (c.dataset_type == "text" && c.dataset_path.empty())
+  if (c.dataset_type == DatasetType::text && c.dataset_path.empty())
     fail("dataset_type=text needs dataset_path=<a text file>");
-  if (c.dataset_type == "tokens" && c.dataset_path.empty())
+  if (c.dataset_type == DatasetType::tokens && c.dataset_path.empty())
     fail("dataset_type=tokens needs dataset_path=<a token file> (build/tokenize writes train.bin)");
-  if (c.dataset_type == "synthetic" && !c.dataset_path.empty())
+  if (c.dataset_type == DatasetType::synthetic && !c.dataset_path.empty())
     fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text or tokens to use it",
                      c.dataset_path));
   validate_eval(c);
@@ -131,12 +131,12 @@ void validate(const Config& c) {
   if (c.load_checkpoint_step == 0) fail("load_checkpoint_step=0: there is no step-0 checkpoint; use -1 (the latest) or N >= 1");
   if (c.load_checkpoint_step > 0 && !c.resume)
     fail(fmt::format("load_checkpoint_step={} needs resume=true", c.load_checkpoint_step));
-  if (c.adam_state_dtype != "float32" && (c.opt_type != "adamw" || !c.opt_fused))
+  if (c.adam_state_dtype != FloatDtype::float32 && (c.opt_type != OptType::adamw || !c.opt_fused))
     fail(fmt::format("adam_state_dtype={} needs opt_type=adamw and opt_fused=true (got opt_type={}, opt_fused={})",
                      c.adam_state_dtype, c.opt_type, c.opt_fused));
   if (c.load_checkpoint_step > 0 && c.run_name.empty())
     fail(fmt::format("load_checkpoint_step={} needs run_name=<the run to resume>", c.load_checkpoint_step));
-  if (c.grad_accum_rounding == "stochastic" && c.hardware == "cuda")
+  if (c.grad_accum_rounding == GradRounding::stochastic && c.hardware == Hardware::cuda)
     fail("grad_accum_rounding=stochastic needs hardware=cpu: the rounding kernel is CPU-only so far");
 }
 

@@ -1,6 +1,7 @@
 #include "config/ConfigSchema.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -51,13 +52,6 @@ double parse_float(const std::string& key, const std::string& text, double min, 
   bad_value(key, text, "true or false");
 }
 
-std::string parse_enum(const std::string& key, const std::string& text, const std::string& choices) {
-  std::string padded = "|" + choices + "|";
-  if (text.empty() || text.find('|') != std::string::npos || padded.find("|" + text + "|") == std::string::npos)
-    bad_value(key, text, "one of " + choices);
-  return text;
-}
-
 std::vector<KeySpec> build_schema() {
   std::vector<KeySpec> keys;
   std::string section;
@@ -79,10 +73,12 @@ std::vector<KeySpec> build_schema() {
   keys.push_back({section, #n, "string", "", quote(def), h,                      \
                   [](Config& c, const std::string& t) { c.n = t; },              \
                   [](const Config& c) { return quote(c.n); }});
-#define SG_ENUM(n, def, choices, h)                                                   \
-  keys.push_back({section, #n, "enum", choices, def, h,                                \
-                  [](Config& c, const std::string& t) { c.n = parse_enum(#n, t, choices); }, \
-                  [](const Config& c) { return c.n; }});
+#define SG_ENUM(n, type, def, h)                                                              \
+  keys.push_back({section, #n, "enum", enum_choices<type>(), #def, h,                                  \
+                  [](Config& c, const std::string& t) { c.n = parse_enum<type>(#n, t); },            \
+                  [](const Config& c) { return to_string(c.n); }});
+#define SG_FROZEN_INT(n, def, min, h) SG_INT(n, def, min, h) keys.back().frozen = true;
+#define SG_FROZEN_ENUM(n, type, def, h) SG_ENUM(n, type, def, h) keys.back().frozen = true;
 #include "config/ConfigKeys.def"
 #undef SG_SECTION
 #undef SG_INT
@@ -90,6 +86,8 @@ std::vector<KeySpec> build_schema() {
 #undef SG_BOOL
 #undef SG_STRING
 #undef SG_ENUM
+#undef SG_FROZEN_INT
+#undef SG_FROZEN_ENUM
   return keys;
 }
 
@@ -107,6 +105,21 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 } // namespace
 
+namespace detail {
+std::vector<std::string> split_names(std::string_view text) {
+  std::vector<std::string> names(1);
+  for (char ch : text) {
+    if (ch == ',') names.emplace_back();
+    else if (ch != ' ') names.back() += ch;
+  }
+  return names;
+}
+
+void bad_enum_value(const std::string& key, const std::string& text, const std::string& choices) {
+  bad_value(key, text, "one of " + choices);
+}
+} // namespace detail
+
 const std::vector<KeySpec>& schema() {
   static const std::vector<KeySpec> keys = build_schema();
   return keys;
@@ -121,12 +134,24 @@ const KeySpec* find_key(const std::string& name) {
 std::string suggest_key(const std::string& unknown) {
   std::string best;
   size_t best_distance = std::numeric_limits<size_t>::max();
+  std::string lower = unknown;  // STEPS=5 means steps=5: keys are all lower case
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
   for (const auto& k : schema()) {
-    size_t d = edit_distance(unknown, k.name);
+    size_t d = edit_distance(lower, k.name);
     if (d < best_distance) best_distance = d, best = k.name;
   }
   // Only suggest when at most about a third of the characters differ.
   return best_distance <= std::max<size_t>(2, unknown.size() / 3) ? best : "";
+}
+
+std::string override_for_flag(const std::string& arg, const std::string& next) {
+  if (arg.rfind("--", 0) != 0) return "";
+  std::string name = arg.substr(2), value = next;
+  if (auto eq = name.find('='); eq != std::string::npos) value = name.substr(eq + 1), name = name.substr(0, eq);
+  std::replace(name.begin(), name.end(), '-', '_');  // --log-period as well as --log_period
+  if (!find_key(name)) name = suggest_key(name);
+  if (name.empty()) return "";
+  return name + "=" + (value.empty() || value.rfind("-", 0) == 0 ? "<value>" : value);
 }
 
 } // namespace shadowgrad::config

@@ -23,6 +23,7 @@ struct KeySpec {
   std::function<void(Config&, const std::string& text)> set;
   // The current value formatted as YAML.
   std::function<std::string(const Config&)> get;
+  bool frozen = false;  // a checkpoint pins it: resuming with another value is refused (SG_FROZEN_* rows)
 };
 
 const std::vector<KeySpec>& schema();
@@ -30,7 +31,11 @@ const std::vector<KeySpec>& schema();
 // nullptr when there is no such key.
 const KeySpec* find_key(const std::string& name);
 
-// The closest key name by edit distance, or "" when nothing is close.
+// The closest key name by edit distance, ignoring case, or "" when nothing is close.
 std::string suggest_key(const std::string& unknown);
+
+// A command-line flag written for a config key ("--steps" followed by "5", or "--steps=5") as the override the
+// trainer takes ("steps=5"); "" when `arg` is not a flag naming (nearly) a key.
+std::string override_for_flag(const std::string& arg, const std::string& next);
 
 } // namespace shadowgrad::config

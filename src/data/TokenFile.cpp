@@ -77,7 +77,7 @@ Layout raw_layout(const std::string& label, const unsigned char* bytes, size_t s
 
 } // namespace
 
-TokenFile TokenFile::open(const std::string& path, const std::string& format, const std::string& key) {
+TokenFile TokenFile::open(const std::string& path, config::TokenFileFormat format, const std::string& key) {
   const std::string label = fmt::format("{} '{}'", key, path);
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
@@ -101,7 +101,7 @@ TokenFile TokenFile::open(const std::string& path, const std::string& format, co
   if (map == MAP_FAILED) throw DataError(fmt::format("{} cannot be memory-mapped: {}", label, std::strerror(err)));
   const auto* bytes = static_cast<const unsigned char*>(map);
   try {
-    const Layout l = format == "raw_uint16" ? raw_layout(label, bytes, size) : llmc_layout(label, bytes, size);
+    const Layout l = format == config::TokenFileFormat::raw_uint16 ? raw_layout(label, bytes, size) : llmc_layout(label, bytes, size);
     ::madvise(map, size, MADV_RANDOM); // windows are read at random offsets: no read-ahead of whole megabytes
     return TokenFile(label, map, size, l.offset, l.count, l.width);
   } catch (...) {

@@ -5,13 +5,15 @@
 //               then the tokens: magic 20240520 version 1 = uint16, magic 20240801 version 7 = uint32.
 //   raw_uint16: nanoGPT's headerless train.bin of uint16 tokens.
 //
-//   TokenFile f = TokenFile::open("data/train.bin", "llmc", "dataset_path");  // throws DataError naming the file
+//   TokenFile f = TokenFile::open("data/train.bin", config::TokenFileFormat::llmc, "dataset_path");  // throws DataError naming the file
 //   f.size();                      // tokens
 //   f.copy(offset, n, out);        // tokens [offset, offset + n) as int64
 //   f.max_token();                 // one pass over the whole file (what the vocab_size check costs)
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "config/ConfigEnums.h"
 
 namespace shadowgrad::data {
 
@@ -22,7 +24,7 @@ constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 class TokenFile {
 public:
   // `key` names the config key in messages ("dataset_path", "eval_dataset_path").
-  static TokenFile open(const std::string& path, const std::string& format, const std::string& key);
+  static TokenFile open(const std::string& path, config::TokenFileFormat format, const std::string& key);
   TokenFile(TokenFile&& other) noexcept;
   TokenFile& operator=(TokenFile&&) = delete;
   TokenFile(const TokenFile&) = delete;

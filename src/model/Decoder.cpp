@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "config/Config.h"
+#include "config/Dtypes.h"
 #include "model/Remat.h"
 #include "model/RmsNormFunction.h"
 #include "model/RopeFunction.h"
@@ -16,20 +17,6 @@
 #include "util/Errors.h"
 
 namespace shadowgrad::model {
-
-c10::ScalarType dtype_from_name(const std::string& name) {
-  if (name == "float32") return c10::kFloat;
-  if (name == "bfloat16") return c10::kBFloat16;
-  if (name == "float16") return c10::kHalf;
-  throw ConfigError(fmt::format("unknown dtype '{}': expected float32, bfloat16 or float16", name));
-}
-
-DecoderOptions::Remat remat_from_name(const std::string& name) {
-  if (name == "none") return DecoderOptions::Remat::none;
-  if (name == "full") return DecoderOptions::Remat::full;
-  if (name == "minimal") return DecoderOptions::Remat::minimal;
-  throw ConfigError(fmt::format("unknown remat_policy '{}': expected none, full or minimal", name));
-}
 
 DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   DecoderOptions o;
@@ -43,12 +30,12 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.max_length = c.max_target_length;
   o.norm_eps = c.normalization_layer_epsilon;
   o.rope_max_timescale = c.rope_max_timescale;
-  o.compute_dtype = dtype_from_name(c.dtype);
-  o.weight_dtype = dtype_from_name(c.weight_dtype);
+  o.compute_dtype = config::scalar_type(c.dtype);
+  o.weight_dtype = config::scalar_type(c.weight_dtype);
   o.init_seed = static_cast<uint64_t>(c.init_weights_seed);
   o.hoist_weight_cast = c.hoist_weight_cast;
   o.fused_kernels = c.fused_kernels;
-  o.remat = remat_from_name(c.remat_policy);
+  o.remat = c.remat_policy;
   return o;
 }
 

@@ -5,6 +5,8 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "config/ConfigEnums.h"
+
 namespace shadowgrad::config {
 struct Config;
 }
@@ -33,14 +35,10 @@ struct DecoderOptions {
   // What backward may keep of each decoder block (MaxText's remat_policy; see model/Remat.h):
   // none: everything autograd saves; full: only the block's input, the block is re-run in backward;
   // minimal: the outputs of the projection matmuls, the norms, RoPE, the attention core and SiLU are re-run.
-  enum class Remat { none, full, minimal } remat = Remat::none;
+  using Remat = config::RematPolicy;
+  Remat remat = Remat::none;
 
   static DecoderOptions from_config(const config::Config& cfg);
 };
-
-// "float32" -> kFloat, "bfloat16" -> kBFloat16, "float16" -> kHalf.
-c10::ScalarType dtype_from_name(const std::string& name);
-// "none" | "full" | "minimal".
-DecoderOptions::Remat remat_from_name(const std::string& name);
 
 } // namespace shadowgrad::model

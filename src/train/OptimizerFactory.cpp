@@ -5,20 +5,21 @@
 #include <torch/optim/sgd.h>
 
 #include "config/Config.h"
+#include "config/Dtypes.h"
 #include "train/FusedAdamW.h"
 
 namespace shadowgrad::train {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::Config& c, const std::vector<at::Tensor>& params) {
   using namespace torch::optim;
-  if (c.opt_type == "adam")
+  if (c.opt_type == config::OptType::adam)
     return std::make_unique<Adam>(
         params, AdamOptions(c.learning_rate).betas({c.adam_b1, c.adam_b2}).eps(c.adam_eps).weight_decay(c.adam_weight_decay));
-  if (c.opt_type == "sgd") return std::make_unique<SGD>(params, SGDOptions(c.learning_rate).weight_decay(c.adam_weight_decay));
+  if (c.opt_type == config::OptType::sgd) return std::make_unique<SGD>(params, SGDOptions(c.learning_rate).weight_decay(c.adam_weight_decay));
   auto options = AdamWOptions(c.learning_rate).betas({c.adam_b1, c.adam_b2}).eps(c.adam_eps).weight_decay(c.adam_weight_decay);
   if (c.opt_fused) {
     auto fused = std::make_unique<FusedAdamW>(params, options);
-    fused->set_state_dtype(c.adam_state_dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
+    fused->set_state_dtype(config::scalar_type(c.adam_state_dtype));
     return fused;
   }
   return std::make_unique<AdamW>(params, options);

@@ -11,8 +11,9 @@ namespace shadowgrad::train {
 
 std::string format_progress(const ProgressLine& p, int64_t total_steps) {
   std::string mem = p.peak_bytes >= 0 ? fmt::format(" | peak {:.1f} MiB", p.peak_bytes / 1048576.0) : "";
-  return fmt::format("step {}/{} | loss {:.4f} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s", p.step,
-                     total_steps, p.loss, p.grad_norm, p.lr, p.tokens_per_s, mem, p.eta_s);
+  std::string eval = p.eval_loss >= 0 ? fmt::format(" | eval_loss {:.4f}", p.eval_loss) : "";
+  return fmt::format("step {}/{} | loss {:.4f}{} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s", p.step,
+                     total_steps, p.loss, eval, p.grad_norm, p.lr, p.tokens_per_s, mem, p.eta_s);
 }
 
 Progress::Progress(int64_t total_steps, int64_t log_period, bool live)

@@ -1,5 +1,5 @@
 #pragma once
-// Console progress. On a terminal: one live line (step/steps, loss, tokens/s, peak memory, ETA),
+// Console progress. On a terminal: one live line (step/steps, loss, eval loss, tokens/s, peak memory, ETA),
 // redrawn every step and kept every log_period steps. Elsewhere (CI, pipes, SLURM logs): a plain log
 // line every log_period steps and never a carriage return.
 #include <cstdint>
@@ -11,6 +11,7 @@ struct ProgressLine {
   int64_t step = 0;  // 1-based
   double loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, eta_s = 0;
   int64_t peak_bytes = -1;  // -1: not measured
+  double eval_loss = -1;    // the latest evaluation's, shown until the next one; < 0: none yet
 };
 
 // The text of one progress line (no newline, no control characters).

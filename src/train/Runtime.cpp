@@ -24,8 +24,8 @@ void configure_allocator_cache(int64_t mib) {
   if (memory::TrackingAllocator::installed()) memory::TrackingAllocator::get().set_cache_limit(mib * 1024 * 1024);
 }
 
-c10::Device resolve_device(const std::string& hardware) {
-  if (hardware == "cuda") {
+c10::Device resolve_device(config::Hardware hardware) {
+  if (hardware == config::Hardware::cuda) {
     if (!at::hasCUDA())
       throw InputError("hardware=cuda, but this LibTorch build has no CUDA support or no GPU is visible; use "
                        "hardware=cpu");

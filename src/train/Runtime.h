@@ -4,6 +4,8 @@
 
 #include <c10/core/Device.h>
 
+#include "config/ConfigEnums.h"
+
 namespace shadowgrad::train {
 
 // Sets LibTorch's intra-op threads: `requested`, or every core when 0. Returns the count in use.
@@ -12,8 +14,8 @@ int configure_threads(int64_t requested);
 // Caps the tracking CPU allocator's block cache (a no-op when the allocator is not installed).
 void configure_allocator_cache(int64_t mib);
 
-// "cpu" or "cuda". Throws InputError for cuda when this LibTorch has no CUDA or sees no GPU.
-c10::Device resolve_device(const std::string& hardware);
+// Throws InputError for cuda when this LibTorch has no CUDA or sees no GPU.
+c10::Device resolve_device(config::Hardware hardware);
 
 // Whether /proc/cpuinfo lists avx512_bf16. Without it, bf16 matmul on CPU is far slower than fp32.
 bool cpu_has_avx512_bf16();

@@ -10,6 +10,7 @@
 
 #include "accumulate/StochasticRounding.h"
 #include "config/Config.h"
+#include "config/Dtypes.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
 #include "distributed/ShardedOptimizer.h"
@@ -34,7 +35,7 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
       debug_nan_count_(c.debug_nan_num_steps),
       fidelity_period_(c.grad_fidelity_period),
       accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(),
-                                                                   model::dtype_from_name(c.grad_dtype))),
+                                                                   config::scalar_type(c.grad_dtype))),
       dp_(std::move(dp)),
       zero_(dp_ && dp_->shard_optimizer() ? std::make_unique<distributed::ShardedOptimizer>(
                                                 dp_->shared_communicator(), model_->parameters(), dp_->bucket_bytes())
@@ -42,7 +43,8 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
       optimizer_(make_optimizer(c, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
   if (dp_) dp_->verify_same_start(model_->parameters());
   // Each process rounds its own microbatches: its rank is part of the seed, so their bits differ.
-  accumulator_->set_rounding(accumulate::rounding_from_name(c.grad_accum_rounding),
+  accumulator_->set_rounding(c.grad_accum_rounding == config::GradRounding::stochastic ? accumulate::Rounding::kStochastic
+                                                                                      : accumulate::Rounding::kNearest,
                              accumulate::rounding_key(uint64_t(c.grad_accum_rounding_seed),
                                                       {uint64_t(dp_ ? dp_->rank() : 0)}));
   // Gradients reach the shadow tree in the compute dtype, straight from the cast (see FoldingCast.h).

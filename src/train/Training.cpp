@@ -172,7 +172,7 @@ RunSummary Training::run() {
   StopSignals signals;  // first: a signal while the model is built and the checkpoint loaded stops before step 1
   const int threads = configure_threads(cfg_.num_threads);
   configure_allocator_cache(cfg_.cpu_allocator_cache_mib);
-  if (cfg_.dtype == "bfloat16" && device_.is_cpu() && !cpu_has_avx512_bf16())
+  if (cfg_.dtype == config::FloatDtype::bfloat16 && device_.is_cpu() && !cpu_has_avx512_bf16())
     spdlog::warn("this CPU lacks avx512_bf16: bf16 matmul will be much slower than fp32; consider dtype=float32");
 
   memory::MemoryMeter meter(device_);  // before the model, so its set-up counts in the run's peak
@@ -215,7 +215,7 @@ RunSummary Training::run() {
                            stop);
   StepProfiler profiler(start.dir ? start.dir->file("profile.trace.json") : "",
                         state.step + cfg_.skip_first_n_steps_for_profiler,
-                        cfg_.profiler == "trace" && start.dir ? cfg_.profiler_steps : 0);
+                        cfg_.profiler == config::Profiler::trace && start.dir ? cfg_.profiler_steps : 0);
   for (int64_t s = state.step; s < cfg_.steps; ++s) {
     meter.begin_step();
     profiler.before_step(s);
@@ -237,7 +237,8 @@ RunSummary Training::run() {
       if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary.eval_loss}, {"eval_s", eval_s}});
       metrics->write(fields);
       const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
-      progress.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak});
+      const double shown_eval = std::isnan(summary.eval_loss) ? -1 : summary.eval_loss;
+      progress.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak, shown_eval});
     }
     guard.check(st);
     // Checkpoints fall between optimizer steps, where the shadow tree is zero: nothing is lost.
