@@ -19,6 +19,8 @@
 #include "config/ConfigLoader.h"
 #include "config/ConfigSchema.h"
 #include "config/ConfigWriter.h"
+#include "config/GlobalBatch.h"
+#include "distributed/Environment.h"
 #include "memory/MemoryReport.h"
 #include "memory/TrackingAllocator.h"
 #include "train/MemoryProbe.h"
@@ -107,6 +109,9 @@ int main(int argc, char** argv) {
   try {
     auto path = shadowgrad::config::resolve_config_path(config_arg, configs_dir());
     auto cfg = shadowgrad::config::load_config(path, overrides);
+    // Before anything is written: a global_batch_size that this process count cannot split is bad input.
+    shadowgrad::config::derive_accumulation_steps(cfg,
+                                                  shadowgrad::distributed::ProcessEnvironment::from_environment().world_size);
     if (print_config) {
       std::cout << shadowgrad::config::to_yaml(cfg);
       return 0;

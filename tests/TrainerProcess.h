@@ -34,9 +34,11 @@ inline Result run(const std::string& args) {
   return {exit_code(pclose(pipe)), out};
 }
 
-// Starts the trainer in the background with output to `log`; the pid is the trainer's own.
-inline pid_t spawn(const std::string& args, const std::string& log) {
-  std::string cmd = "exec " + std::string(TRAINER_BIN) + " " + args + " >" + log + " 2>&1";
+// Starts the trainer in the background with output to `log`; the pid is the trainer's own. `env` is a list of
+// NAME=value words exported to it, e.g. "RANK=1 WORLD_SIZE=2".
+inline pid_t spawn(const std::string& args, const std::string& log, const std::string& env = "") {
+  std::string cmd = (env.empty() ? "" : "export " + env + "; ") + "exec " + std::string(TRAINER_BIN) + " " + args +
+                    " >" + log + " 2>&1";
   pid_t pid = fork();
   if (pid == 0) {
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));

@@ -33,9 +33,11 @@ void check_global_batch(const Manifest& m, const config::Config& cfg, int world_
   const int64_t now = cfg.per_device_batch_size * cfg.gradient_accumulation_steps * world_size;
   if (now == m.global_batch) return;
   const int64_t per_k = cfg.per_device_batch_size * world_size;
-  const std::string hint = m.global_batch % per_k == 0
-                               ? fmt::format(" (here: gradient_accumulation_steps={})", m.global_batch / per_k)
-                               : "";
+  // global_batch_size=N keeps it equal at any process count; a K that fits this count is the other way.
+  std::string hint = fmt::format(" (global_batch_size={}", m.global_batch);
+  if (cfg.global_batch_size == 0 && m.global_batch % per_k == 0)
+    hint += fmt::format(", or here gradient_accumulation_steps={}", m.global_batch / per_k);
+  hint += ")";
   throw InputError(fmt::format("checkpoint '{}' was written with a global batch of {} ({}), but this run's is {} ({}); "
                                "keep per_device_batch_size x gradient_accumulation_steps x WORLD_SIZE equal on "
                                "resume{}, or use a new run_name",

@@ -4,6 +4,7 @@
 //   shadowgrad::config::Config cfg = shadowgrad::config::load_config("configs/base.yml", {"steps=10"});
 //   cfg.gradient_accumulation_steps  // int64_t
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "config/ConfigEnums.h"
@@ -24,6 +25,10 @@ struct Config {
 #undef SG_BOOL
 #undef SG_STRING
 #undef SG_ENUM
+
+  // Keys the YAML file set to other than their default, or an override set (filled by load_config). configs/base.yml
+  // lists every key at its default, so only a value that differs counts as given there.
+  std::set<std::string> given_keys;
 
   // Examples in one global batch on one process: per_device_batch_size x gradient_accumulation_steps.
   int64_t local_batch() const { return per_device_batch_size * gradient_accumulation_steps; }

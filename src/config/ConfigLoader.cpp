@@ -69,6 +69,7 @@ void apply_overrides(Config& cfg, const std::vector<std::string>& overrides) {
     if (!seen.insert(name).second)
       throw ConfigError(fmt::format("config key '{}' is overridden twice; give it once", name));
     key.set(cfg, item.substr(eq + 1));
+    cfg.given_keys.insert(name);
   }
 }
 
@@ -84,6 +85,7 @@ Config load_config_text(const std::string& text, const std::string& path, const 
     throw ConfigError(fmt::format("{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.msg));
   }
   Config cfg;
+  const Config defaults;
   if (!root.IsNull() && !root.IsMap())
     throw ConfigError(fmt::format("{}: expected a YAML map of key: value lines", path));
   std::set<std::string> seen;
@@ -100,6 +102,7 @@ Config load_config_text(const std::string& text, const std::string& path, const 
     } catch (const ConfigError& e) {
       throw ConfigError(where + e.what());
     }
+    if (key.get(cfg) != key.get(defaults)) cfg.given_keys.insert(name);
   }
   apply_overrides(cfg, overrides);
   validate(cfg);

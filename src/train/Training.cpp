@@ -13,6 +13,7 @@
 #include "checkpoint/Checkpointer.h"
 #include "checkpoint/MetricsTail.h"
 #include "config/ConfigWriter.h"
+#include "config/GlobalBatch.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
 #include "distributed/Environment.h"
@@ -195,10 +196,12 @@ RunSummary Training::run() {
 
   int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
-  spdlog::info("run {} | {} parameters | K={} x {} sequences x {} tokens x {} processes | grad_dtype={} dtype={} | "
-               "{} threads",
+  spdlog::info("run {} | {} parameters | K={} x {} sequences x {} tokens x {} processes = global batch {}{} | "
+               "grad_dtype={} dtype={} | {} threads",
                start.dir ? start.dir->path() : "(written by rank 0)", params, cfg_.gradient_accumulation_steps,
-               cfg_.per_device_batch_size, cfg_.max_target_length, world, cfg_.grad_dtype, cfg_.dtype, threads);
+               cfg_.per_device_batch_size, cfg_.max_target_length, world, config::global_batch(cfg_, world),
+               cfg_.global_batch_size > 0 ? " (global_batch_size; K derived)" : "", cfg_.grad_dtype, cfg_.dtype,
+               threads);
 
   Progress progress(cfg_.steps, cfg_.log_period, start.dir.has_value() && stdout_is_terminal());
   RunSummary summary;

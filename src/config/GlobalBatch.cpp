@@ -1,0 +1,51 @@
+#include "config/GlobalBatch.h"
+
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "util/Errors.h"
+
+namespace shadowgrad::config {
+namespace {
+
+// The per_device_batch_size values that split `per_process` sequences into whole microbatches.
+std::vector<int64_t> divisors(int64_t per_process) {
+  std::vector<int64_t> small, large;
+  for (int64_t d = 1; d * d <= per_process; ++d) {
+    if (per_process % d != 0) continue;
+    small.push_back(d);
+    if (d != per_process / d) large.insert(large.begin(), per_process / d);
+  }
+  small.insert(small.end(), large.begin(), large.end());
+  return small;
+}
+
+} // namespace
+
+void derive_accumulation_steps(Config& cfg, int64_t world_size) {
+  const int64_t gbs = cfg.global_batch_size;
+  if (gbs == 0) return;
+  const int64_t pdbs = cfg.per_device_batch_size;
+  const int64_t per_step = pdbs * world_size;
+  if (gbs % per_step != 0) {
+    const std::string what =
+        fmt::format("global_batch_size={} is not a multiple of per_device_batch_size={} x WORLD_SIZE={}", gbs, pdbs,
+                    world_size);
+    if (gbs % world_size != 0)
+      throw ConfigError(fmt::format("{}; no per_device_batch_size divides it: make global_batch_size a multiple of "
+                                    "WORLD_SIZE={}",
+                                    what, world_size));
+    throw ConfigError(fmt::format("{}; per_device_batch_size values that divide it: {}", what,
+                                  fmt::join(divisors(gbs / world_size), ", ")));
+  }
+  const int64_t k = gbs / per_step;
+  if (cfg.given_keys.count("gradient_accumulation_steps") && cfg.gradient_accumulation_steps != k)
+    throw ConfigError(fmt::format("gradient_accumulation_steps={} was given, but global_batch_size={} / "
+                                  "(per_device_batch_size={} x WORLD_SIZE={}) makes it {}; give one of the two",
+                                  cfg.gradient_accumulation_steps, gbs, pdbs, world_size, k));
+  cfg.gradient_accumulation_steps = k;
+}
+
+} // namespace shadowgrad::config
