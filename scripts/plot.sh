@@ -9,6 +9,7 @@
 #   runs that logged eval_loss get it drawn beside their training loss (marked points, "NAME eval_loss");
 #   several RUNs: one curve each, into --out FILE (required then).
 #   --sweep DIR: writes DIR/loss.png (the runs listed in DIR/summary.csv) and DIR/peak_mem.png (from summary.csv).
+#   One RUN that logged gns_tokens (gradient_noise_scale, K >= 2): RUN/gns_tokens.png is drawn too, on a log scale.
 #   --no-install: if gnuplot is missing, do nothing and exit 0 (for the trainer's end-of-run plot).
 #   GNUPLOT=path overrides the gnuplot command.
 # Exit: 0 charts written (or skipped under --no-install); 2 bad usage or no data; 1 gnuplot failed.
@@ -99,7 +100,9 @@ plot_curves() {
     fi
   done
   # Points and a tick per step help read short runs; on long runs they only add ink.
-  local style="lines lw 2" xtics=""
+  local style="lines lw 2" xtics="" logscale=""
+  # The noise scale spans decades over a run (it grows as the loss falls).
+  [[ $metric != gns_tokens ]] || logscale="set logscale y"
   ((points > 60)) || style="linespoints lw 2 pt 7 ps 0.6"
   ((points > 20)) || xtics="set xtics 1"
   # Dash patterns keep curves that lie on top of each other (identical runs) visible.
@@ -115,6 +118,7 @@ set ylabel $(gp_str "$metric")
 set grid
 set key below
 $xtics
+$logscale
 plot ${joined%, }
 EOF
   echo "wrote $png"
@@ -190,6 +194,10 @@ fi
 if ((${#runs[@]} == 1)); then
   run=${runs[0]%/}
   plot_curves "${out:-$run/$metric.png}" "$metric: $(basename "$run")" "$(basename "$run")" "$run"
+  if [[ $metric == loss && -z $out ]] && grep -q '"gns_tokens"' "$run/metrics.jsonl"; then
+    metric=gns_tokens
+    plot_curves "$run/gns_tokens.png" "gradient noise scale B_simple (tokens): $(basename "$run")" "$(basename "$run")" "$run"
+  fi
 else
   [[ -n $out ]] || die "several runs need --out FILE"
   curves=()

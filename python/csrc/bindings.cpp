@@ -70,5 +70,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("shadows", &ShadowAccumulator::shadows)
       .def_property_readonly("nbytes", &ShadowAccumulator::bytes)
       .def_property_readonly("folds", &ShadowAccumulator::folds)
-      .def_property_readonly("fold_seconds", &ShadowAccumulator::fold_seconds);
+      .def_property_readonly("fold_seconds", &ShadowAccumulator::fold_seconds)
+      .def_property_readonly("microbatch_sq_norms", &ShadowAccumulator::microbatch_sq_norms)
+      .def("squared_norm", &ShadowAccumulator::squared_norm)
+      .def("set_measure_sq_norms", &ShadowAccumulator::set_measure_sq_norms, py::arg("on"));
 }

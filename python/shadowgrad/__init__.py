@@ -26,7 +26,7 @@ import torch  # loads libtorch_python, which _C links against
 from . import _C
 
 __version__ = "0.3.0"
-__all__ = ["ShadowAccumulator"]
+__all__ = ["ShadowAccumulator", "two_batch_estimates"]
 
 # torch.optim optimizers whose update of a parameter reads only that parameter's gradient and state, so that one
 # step() per parameter is the same update as one step() for all (ShadowAccumulator.step). Exact types only: a
@@ -209,6 +209,20 @@ class ShadowAccumulator:
         """How many gradients were folded in the current or last window (one per parameter per backward)."""
         return self._engine.folds
 
+    @property
+    def microbatch_sq_norms(self):
+        """One float per ``backward()`` of the current or last window, in fold order: the squared L2 norm of
+        everything that backward folded, summed over parameters, computed in fp32 from each gradient as it
+        arrived (before rounding into ``grad_dtype``). With ``squared_norm()`` after ``end()`` (the big batch),
+        these give the gradient noise scale of your own model; see docs/batch-size.md for the estimators. If your
+        loss is a per-microbatch mean, microbatch m's gradient is already its own mean; if you divide by the
+        whole window's count, rescale as the trainer does."""
+        return list(self._engine.microbatch_sq_norms)
+
+    def squared_norm(self):
+        """The squared L2 norm of the shadow tree (fp32 sums): the big batch of the noise scale."""
+        return self._engine.squared_norm()
+
     def __repr__(self):
         return (f"ShadowAccumulator({len(self.params)} parameters, grad_dtype={self._grad_dtype}, "
                 f"nbytes={self.nbytes})")
@@ -259,3 +273,19 @@ class ShadowAccumulator:
                 if (isinstance(value, torch.Tensor) and value.dtype == self._grad_dtype
                         and value.shape == p.shape):
                     entry[key] = value.to(p.dtype)
+
+
+def two_batch_estimates(small_sq, b_small, big_sq, b_big):
+    """McCandlish et al. 2018 (arXiv 1812.06162, appendix A.1): unbiased estimates of |G|^2 and tr(Sigma) from the
+    squared norm ``small_sq`` of a mean gradient over ``b_small`` examples (or tokens) and ``big_sq`` over
+    ``b_big > b_small``. Returns ``(grad_sq, trace)``. Average each over many steps (or smooth each with an EMA) and
+    only then divide: ``trace / grad_sq`` is the noise scale B_simple, in the unit of b.
+
+    With ``ShadowAccumulator``: if each microbatch's loss is divided by the window's total count T, microbatch m
+    (b_m examples) folded ``(b_m / T)`` times its mean gradient, so ``small_sq = microbatch_sq_norms[m] * (T / b_m)**2``
+    and ``big_sq = squared_norm()`` with ``b_big = T``. See docs/batch-size.md."""
+    if not 0 < b_small < b_big:
+        raise ValueError(f"two_batch_estimates: need 0 < b_small < b_big, got {b_small} and {b_big}")
+    grad_sq = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
+    trace = (small_sq - big_sq) / (1.0 / b_small - 1.0 / b_big)
+    return grad_sq, trace

@@ -14,6 +14,8 @@
 
 namespace shadowgrad::accumulate {
 
-void mixed_add_(at::Tensor& dst, const at::Tensor& src);
+// `src_sq_norm`, when set, receives sum(src * src) as squared_norm(src) computes it (SquaredNorm.h), fused into the
+// add on the two direct loops (bf16 gradient into fp32, fp32 gradient into bf16).
+void mixed_add_(at::Tensor& dst, const at::Tensor& src, double* src_sq_norm = nullptr);
 
 } // namespace shadowgrad::accumulate

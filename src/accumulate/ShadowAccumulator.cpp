@@ -15,6 +15,7 @@
 #include "accumulate/FoldingCast.h"
 #include "accumulate/MixedAdd.h"
 #include "accumulate/ShadowState.h"
+#include "accumulate/SquaredNorm.h"
 
 namespace shadowgrad::accumulate {
 
@@ -32,14 +33,19 @@ void ShadowState::fold(size_t i, const at::Tensor& grad) {
   Timer timer{*this};
   const bool overwrite = stale[i];
   stale[i] = 0;
+  double sq = 0;
+  bool measured = false;  // by the fused loop
   if (uses_kernel()) {
     const uint64_t key = next_key(i);
     loss += overwrite ? round_copy_(shadows[i], grad, key, rounding) : round_add_(shadows[i], grad, key, rounding);
   } else if (overwrite) {
     shadows[i].copy_(grad);  // == 0 + grad rounded once into grad_dtype (up to the sign of a zero)
   } else {
-    mixed_add_(shadows[i], grad);  // fp32 math, rounded once into grad_dtype
+    mixed_add_(shadows[i], grad, measure ? &sq : nullptr);  // fp32 math, rounded once into grad_dtype
+    measured = true;
   }
+  // The gradient as it arrived (before any rounding into the shadow), while it is still in cache.
+  if (measure) add_micro(i, measured ? sq : squared_norm(grad));
 }
 
 void ShadowState::settle() {
@@ -65,6 +71,7 @@ void ShadowState::fold_rows(size_t i, const at::Tensor& index, const at::Tensor&
     loss += round_add_rows_(shadows[i], unique, sums, next_key(i), rounding);
   else
     add_rows_nearest(shadows[i], unique, sums);
+  if (measure) add_micro(i, squared_norm(sums));  // duplicates already summed: the rows' contribution
 }
 
 void ShadowState::close_reference() {
@@ -79,6 +86,8 @@ void ShadowState::close_reference() {
     ref2 += r * r;
   }
   reference_error = ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0;
+  reference_sq_norm = 0;
+  for (const auto& r : reference) reference_sq_norm += squared_norm(r);
   reference.clear();
 }
 
@@ -132,8 +141,11 @@ void ShadowAccumulator::begin(int64_t window, bool with_reference) {
   s.fold_seconds = 0;
   s.window = window;
   s.fold_number.assign(s.params.size(), 0);
+  s.micro_of.assign(s.params.size(), 0);
+  s.micro_sq.clear();
   s.loss = {};
   s.reference_error = std::numeric_limits<double>::quiet_NaN();
+  s.reference_sq_norm = std::numeric_limits<double>::quiet_NaN();
   s.reference.clear();
   if (!with_reference) return;
   int64_t bytes = 0;
@@ -159,8 +171,19 @@ void ShadowAccumulator::set_rounding(Rounding rounding, uint64_t seed) {
 
 Rounding ShadowAccumulator::rounding() const { return state_->rounding; }
 double ShadowAccumulator::reference_error() const { return state_->reference_error; }
+double ShadowAccumulator::reference_sq_norm() const { return state_->reference_sq_norm; }
 int64_t ShadowAccumulator::reference_bytes() const { return state_->reference_bytes_high; }
 RoundingLoss ShadowAccumulator::rounding_loss() const { return state_->loss; }
+void ShadowAccumulator::set_measure_sq_norms(bool on) { state_->measure = on; }
+bool ShadowAccumulator::measures_sq_norms() const { return state_->measure; }
+const std::vector<double>& ShadowAccumulator::microbatch_sq_norms() const { return state_->micro_sq; }
+
+double ShadowAccumulator::squared_norm() const {
+  state_->settle();
+  double total = 0;
+  for (const auto& s : state_->shadows) total += accumulate::squared_norm(s);
+  return total;
+}
 
 double ShadowAccumulator::global_norm() const {
   state_->settle();

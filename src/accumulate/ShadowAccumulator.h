@@ -55,11 +55,25 @@ class ShadowAccumulator {
   // After end() of a window begun with_reference: ||shadow - reference|| / ||reference||, fp32 norms over the
   // whole tree; 0 for a float32 shadow (the same adds in the same order). NaN for other windows.
   double reference_error() const;
+  // The same window's ||reference||^2, as squared_norm() computes it: the big batch without the shadow's rounding.
+  double reference_sq_norm() const;
   // The most bytes the reference tree has held (0 if no window had one).
   int64_t reference_bytes() const;
   // float16 shadows: the elements of the current or last window's folds that underflowed to 0 or overflowed
   // to Inf (the rest of the fold survived). Zero counts for other dtypes.
   RoundingLoss rounding_loss() const;
+
+  // The gradient noise scale's small batches (docs/batch-size.md): one value per backward() of the current or last
+  // window, in fold order: the squared L2 norm of everything that backward folded, summed over parameters (fp32
+  // squares and block sums, added in double; the same bits at any thread count). Taken from each gradient as it is
+  // folded, before it is rounded into the shadow; fused into the add on the common paths. Assumes each parameter
+  // receives one gradient per backward (what autograd does for a parameter); a parameter that some backward does
+  // not reach shifts its later folds to earlier entries. On by default; off, the list stays empty.
+  const std::vector<double>& microbatch_sq_norms() const;
+  void set_measure_sq_norms(bool on);
+  bool measures_sq_norms() const;
+  // The big batch: the squared L2 norm of the shadow tree, computed as microbatch_sq_norms() are.
+  double squared_norm() const;
 
   // Global L2 norm of the shadow tree, computed in fp32.
   double global_norm() const;

@@ -47,6 +47,20 @@ struct ShadowState {
   std::vector<at::Tensor> reference;
   int64_t reference_bytes_high = 0;
   double reference_error = 0;         // ||shadow - reference|| / ||reference|| of the last measured window
+  double reference_sq_norm = 0;       // ||reference||^2 of the last measured window (squared_norm's blocks)
+
+  // The gradient noise scale's measurement (SquaredNorm.h): micro_sq[m] is the squared L2 norm of everything the
+  // m-th backward of the window folded, summed over parameters. A parameter's k-th fold in a window belongs to
+  // backward k (micro_of[i] counts them): autograd delivers a parameter's gradient once per backward, and nested
+  // (rematerialising) backwards do not change that, whereas the end of a backward is not visible to a hook.
+  bool measure = true;
+  std::vector<int64_t> micro_of;
+  std::vector<double> micro_sq;
+  void add_micro(size_t i, double sq) {
+    const auto m = size_t(micro_of[i]++);
+    if (micro_sq.size() <= m) micro_sq.resize(m + 1, 0.0);
+    micro_sq[m] += sq;
+  }
 
   // The rounding kernel is CPU code: shadows on another device keep at::add_ (round to nearest, uncounted).
   bool uses_kernel() const {

@@ -1,5 +1,8 @@
 #include "checkpoint/Manifest.h"
 
+#include <cstring>
+#include <stdexcept>
+
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -9,6 +12,28 @@ namespace shadowgrad::checkpoint {
 namespace {
 
 constexpr const char* kCrcPrefix = "# crc32 of the lines above: ";
+
+// Doubles travel as their 64 bits in hex: a resumed EMA continues bit for bit.
+uint64_t double_bits(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+double double_from_bits(const std::string& hex) {
+  size_t used = 0;
+  uint64_t b = 0;
+  try {
+    b = std::stoull(hex, &used, 16);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != hex.size())
+    throw YAML::Exception(YAML::Mark::null_mark(), "gns_ema: not a 16-digit hex number: '" + hex + "'");
+  double x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
 
 } // namespace
 
@@ -21,6 +46,9 @@ std::string Manifest::to_text() const {
   out += fmt::format("optimizer_updates: {}\n", optimizer_updates);
   out += fmt::format("skipped_steps: {}\n", state.skipped_steps);
   out += fmt::format("consecutive_nonfinite: {}\n", state.consecutive_nonfinite);
+  out += fmt::format("gns_ema: {{grad_sq_bits: \"{:016x}\", trace_bits: \"{:016x}\", updates: {}}}  # {} / {}\n",
+                     double_bits(state.gns_ema_grad_sq), double_bits(state.gns_ema_trace), state.gns_updates,
+                     state.gns_ema_trace, state.gns_ema_grad_sq);
   out += fmt::format("config_fingerprint: \"{}\"\n", config_fingerprint);
   out += fmt::format("global_batch: {}\n", global_batch);
   out += fmt::format("per_device_batch_size: {}\n", per_device_batch_size);
@@ -66,6 +94,11 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
     m.gradient_accumulation_steps = optional("gradient_accumulation_steps", -1);
     m.world_size = optional("world_size", -1);
     m.optimizer_shards = optional("optimizer_shards", 0);
+    if (const YAML::Node gns = root["gns_ema"]) {  // absent before the gradient noise scale
+      m.state.gns_ema_grad_sq = double_from_bits(gns["grad_sq_bits"].as<std::string>());
+      m.state.gns_ema_trace = double_from_bits(gns["trace_bits"].as<std::string>());
+      m.state.gns_updates = gns["updates"].as<int64_t>();
+    }
     for (const auto& kv : root["frozen_keys"])
       m.frozen.emplace_back(kv.first.as<std::string>(), kv.second.as<std::string>());
     for (const auto& kv : root["files"])

@@ -24,6 +24,10 @@ struct TrainState {
   int64_t step = 0;                   // optimizer steps completed == 0-based index of the next step
   int64_t skipped_steps = 0;          // steps skipped so far for a non-finite loss or gradient norm
   int64_t consecutive_nonfinite = 0;  // of which at the end, in a row
+  // gradient_noise_scale's EMAs (train/NoiseScale.h), stored bit for bit; absent from older checkpoints (zeros:
+  // the EMAs restart).
+  double gns_ema_grad_sq = 0, gns_ema_trace = 0;
+  int64_t gns_updates = 0;
 };
 
 struct FileEntry {

@@ -74,10 +74,10 @@ double DataParallel::global_sum(double local) {
   return t.item<double>();
 }
 
-void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc) {
+void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc, const at::Tensor& rider) {
   at::NoGradGuard no_grad;
   folds_at_last_reduce_ = acc.folds();
-  const int64_t buckets = all_reduce_sum_bucketed(*comm_, acc.shadows(), bucket_bytes_);
+  const int64_t buckets = all_reduce_sum_bucketed(*comm_, acc.shadows(), bucket_bytes_, rider);
   if (!logged_buckets_) {
     int64_t numel = 0;
     for (const auto& s : acc.shadows()) numel += s.numel();

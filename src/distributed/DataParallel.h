@@ -47,8 +47,9 @@ class DataParallel {
   double global_sum(double local);
 
   // Sums the shadow tree over all processes through fp32 buckets: the one gradient reduction of a step.
-  // Call it after the last microbatch has been folded.
-  void reduce_gradients(accumulate::ShadowAccumulator& acc);
+  // Call it after the last microbatch has been folded. `rider`: a small fp32 vector summed with it, at the end of
+  // the last bucket (no extra collective), e.g. each process's per-microbatch squared norms in its own slots.
+  void reduce_gradients(accumulate::ShadowAccumulator& acc, const at::Tensor& rider = {});
   // accumulator.folds() when reduce_gradients last ran: K x parameters if it ran after the last microbatch.
   int64_t folds_at_last_reduce() const { return folds_at_last_reduce_; }
 

@@ -12,8 +12,10 @@ namespace shadowgrad::train {
 std::string format_progress(const ProgressLine& p, int64_t total_steps) {
   std::string mem = p.peak_bytes >= 0 ? fmt::format(" | peak {:.1f} MiB", p.peak_bytes / 1048576.0) : "";
   std::string eval = p.eval_loss >= 0 ? fmt::format(" | eval_loss {:.4f}", p.eval_loss) : "";
-  return fmt::format("step {}/{} | loss {:.4f}{} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s", p.step,
-                     total_steps, p.loss, eval, p.grad_norm, p.lr, p.tokens_per_s, mem, p.eta_s);
+  // Next to the loss: the batch size (in tokens) past which a larger batch stops paying (docs/batch-size.md).
+  std::string gns = p.gns_tokens >= 0 ? fmt::format(" | gns {:.3g} tok", p.gns_tokens) : "";
+  return fmt::format("step {}/{} | loss {:.4f}{}{} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s",
+                     p.step, total_steps, p.loss, eval, gns, p.grad_norm, p.lr, p.tokens_per_s, mem, p.eta_s);
 }
 
 Progress::Progress(int64_t total_steps, int64_t log_period, bool live)

@@ -12,6 +12,7 @@ struct ProgressLine {
   double loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, eta_s = 0;
   int64_t peak_bytes = -1;  // -1: not measured
   double eval_loss = -1;    // the latest evaluation's, shown until the next one; < 0: none yet
+  double gns_tokens = -1;   // gradient noise scale in tokens; < 0 or NaN: none this step
 };
 
 // The text of one progress line (no newline, no control characters).

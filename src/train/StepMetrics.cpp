@@ -24,6 +24,13 @@ JsonNumbers step_metrics(const StepStats& st, int64_t peak_mem_bytes, int64_t sk
   // Only on the steps that measure them (see FoldNumerics in TrainStep.h).
   if (!std::isnan(st.grad_rel_error)) out.push_back({"grad_rel_error", st.grad_rel_error});
   if (!std::isnan(st.underflow_fraction)) out.push_back({"fp16_underflow_fraction", st.underflow_fraction});
+  // gradient_noise_scale (NoiseScale.h): absent on steps without an estimate (one microbatch in all, a skipped step).
+  if (st.noise) {
+    out.push_back({"grad_sq_norm_micro", st.noise->grad_sq_norm_micro});
+    out.push_back({"grad_sq_norm_global", st.noise->grad_sq_norm_global});
+    out.push_back({"gns_tokens", st.noise->gns_tokens});
+    if (!std::isnan(st.grad_sq_norm_global_fp32)) out.push_back({"grad_sq_norm_global_fp32", st.grad_sq_norm_global_fp32});
+  }
   return out;
 }
 

@@ -42,6 +42,14 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
                                           : nullptr),
       optimizer_(make_optimizer(c, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
   if (dp_) dp_->verify_same_start(model_->parameters());
+  // The gradient noise scale needs a small batch besides the global one: two microbatches over all processes.
+  const bool small_batches = micro_steps_ * (dp_ ? dp_->world_size() : 1) >= 2;
+  if (c.gradient_noise_scale && small_batches) noise_ = std::make_unique<NoiseScale>(c.gns_ema_decay);
+  if (c.gradient_noise_scale && !small_batches)
+    spdlog::info("gradient_noise_scale: one microbatch per step on one process has no small batch to compare with "
+                 "the global batch, so no noise scale is logged (it needs gradient_accumulation_steps >= 2 or "
+                 "several processes)");
+  accumulator_->set_measure_sq_norms(noise_ != nullptr);
   // Each process rounds its own microbatches: its rank is part of the seed, so their bits differ.
   accumulator_->set_rounding(c.grad_accum_rounding == config::GradRounding::stochastic ? accumulate::Rounding::kStochastic
                                                                                       : accumulate::Rounding::kNearest,
@@ -90,10 +98,12 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
   // The window is numbered by the step, so stochastic rounding draws the same bits after a resume.
   accumulator_->begin(step, fidelity_period_ > 0 && (step + 1) % fidelity_period_ == 0);
+  std::vector<int64_t> micro_tokens;
   sums.data_s += seconds_since(mark);
   for (int64_t m = 0; m < micro_steps_; ++m) {
     // Contiguous slicing: microbatch m is examples [m*B, (m+1)*B) of the global batch.
     data::Batch micro = batch.slice(m * micro_batch_, micro_batch_);
+    if (noise_) micro_tokens.push_back(micro.valid_tokens());
     auto tokens = micro.tokens.to(device_), targets = micro.targets.to(device_);
     sums.data_s += seconds_since(mark);
     at::Tensor loss = loss_chunk_tokens_ > 0
@@ -111,12 +121,55 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
   if (accumulator_->grad_dtype() == at::kHalf) sums.underflow_fraction = warn_on_underflow(step);
   model_->clear_weight_cache();  // hoist_weight_cast: the cast weights are dead after the last backward
   double loss = loss_sum.item<double>();
+  const at::Tensor rider = noise_ && dp_ ? noise_rider(micro_tokens) : at::Tensor();
   if (dp_) {
-    dp_->reduce_gradients(*accumulator_);  // the one reduction of the step, after the last microbatch
+    dp_->reduce_gradients(*accumulator_, rider);  // the one reduction of the step, after the last microbatch
     loss = dp_->global_sum(loss);
   }
   sums.loss = loss * inv_tokens;
+  if (noise_) read_noise_inputs(rider, micro_tokens, sums.noise);
   return sums;
+}
+
+at::Tensor TrainStep::noise_rider(const std::vector<int64_t>& micro_tokens) {
+  // Slots [rank*K, rank*K + K) hold this process's norms, the same slots after world*K its token counts, zeros
+  // elsewhere: the sum over processes is every process's values (fp32: exact for token counts below 2^24).
+  const int64_t world = dp_->world_size(), rank = dp_->rank(), K = micro_steps_;
+  at::Tensor rider = at::zeros({2 * world * K}, at::kFloat);
+  auto* r = rider.data_ptr<float>();
+  const auto& sq = accumulator_->microbatch_sq_norms();
+  for (int64_t m = 0; m < K; ++m) {
+    r[rank * K + m] = int64_t(sq.size()) == K ? float(sq[m]) : std::numeric_limits<float>::quiet_NaN();
+    r[world * K + rank * K + m] = float(micro_tokens[m]);
+  }
+  return rider.to(device_);  // NCCL reduces device tensors
+}
+
+void TrainStep::read_noise_inputs(const at::Tensor& rider, const std::vector<int64_t>& micro_tokens,
+                                  NoiseScaleInputs& out) {
+  const auto& sq = accumulator_->microbatch_sq_norms();
+  if (rider.defined()) {
+    const at::Tensor all = rider.cpu();
+    const int64_t n = all.numel() / 2;
+    const float* r = all.data_ptr<float>();
+    for (int64_t j = 0; j < n; ++j) {
+      out.folded_sq.push_back(double(r[j]));
+      out.micro_tokens.push_back(std::llround(r[n + j]));
+    }
+  } else {
+    out.folded_sq = sq;
+    out.micro_tokens = micro_tokens;
+    out.big_sq_fp32 = accumulator_->reference_sq_norm();  // one process: the reference is the whole batch's
+  }
+  if (int64_t(sq.size()) != micro_steps_) {
+    if (!warned_noise_)
+      spdlog::warn("gradient_noise_scale: {} backward passes were measured for {} microbatches (a parameter that some "
+                   "microbatch did not reach?); steps like this log no noise scale",
+                   sq.size(), micro_steps_);
+    warned_noise_ = true;
+    out.folded_sq.assign(out.micro_tokens.size(), std::numeric_limits<double>::quiet_NaN());
+  }
+  out.big_sq = accumulator_->squared_norm();
 }
 
 double TrainStep::warn_on_underflow(int64_t step) {
@@ -147,6 +200,10 @@ StepStats TrainStep::run(int64_t step) {
   static_cast<PhaseSeconds&>(s) = sums;
   static_cast<FoldNumerics&>(s) = sums;
   auto mark = Clock::now();
+  if (noise_ && std::isfinite(sums.loss)) {
+    s.noise = noise_->update(sums.noise.folded_sq, sums.noise.micro_tokens, sums.noise.big_sq, sums.tokens);
+    s.grad_sq_norm_global_fp32 = sums.noise.big_sq_fp32;
+  }
   s.grad_norm = accumulator_->clip_global_norm_(clip_threshold_);
   s.lr = schedule_(step);
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);

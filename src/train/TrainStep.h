@@ -13,12 +13,15 @@
 // valid-token count is summed before the loop, and the shadow tree is summed once, after the last microbatch.
 #include <limits>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include <c10/core/Device.h>
 
 #include "accumulate/ShadowAccumulator.h"
 #include "model/Decoder.h"
 #include "train/LrSchedule.h"
+#include "train/NoiseScale.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -51,10 +54,21 @@ struct FoldNumerics {
   double underflow_fraction = std::numeric_limits<double>::quiet_NaN();
 };
 
+// The gradient noise scale's inputs (NoiseScale.h), over every microbatch of the global batch on all processes, in
+// (rank, microbatch) order; empty when not measured.
+struct NoiseScaleInputs {
+  std::vector<double> folded_sq;     // squared norm of what each microbatch folded (loss divided by `tokens`)
+  std::vector<int64_t> micro_tokens;  // its valid tokens
+  double big_sq = std::numeric_limits<double>::quiet_NaN();  // squared norm of the reduced shadow tree, before clipping
+  double big_sq_fp32 = std::numeric_limits<double>::quiet_NaN();  // the same from the fp32 reference (one process,
+                                                                  // grad_fidelity_period steps)
+};
+
 // The microbatch loop's result: the global batch's token-mean loss and valid-token count.
 struct Accumulated : PhaseSeconds, FoldNumerics {
   double loss = 0;
   int64_t tokens = 0;
+  NoiseScaleInputs noise;
 };
 
 struct StepStats : PhaseSeconds, FoldNumerics {
@@ -66,6 +80,8 @@ struct StepStats : PhaseSeconds, FoldNumerics {
   double seconds = 0;
   double optimizer_s = 0;  // clip + optimizer update
   bool skipped = false;    // loss or grad_norm was non-finite: no update; parameters and optimizer state untouched
+  std::optional<NoiseScaleStep> noise;  // gradient_noise_scale, with at least two microbatches over all processes
+  double grad_sq_norm_global_fp32 = std::numeric_limits<double>::quiet_NaN();  // see NoiseScaleInputs
 };
 
 class TrainStep {
@@ -86,10 +102,17 @@ class TrainStep {
   // ZeRO-1's slice of the optimizer state; null without shard_optimizer_over_data (or with one process).
   const distributed::ShardedOptimizer* sharded_optimizer() const { return zero_.get(); }
   model::Decoder& model() { return model_; }
+  // The gradient noise scale's EMAs (null when gradient_noise_scale is off or there is one microbatch in all):
+  // restored from and saved into checkpoints.
+  NoiseScale* noise_scale() { return noise_.get(); }
 
  private:
   // float16 shadows: the fraction of this step's folded values that underflowed; warns the first time any did.
   double warn_on_underflow(int64_t step);
+  // After the loop: this process's per-microbatch norms and tokens, gathered from all processes through the
+  // gradient reduction's last bucket (`rider`), and the reduced tree's squared norm.
+  at::Tensor noise_rider(const std::vector<int64_t>& micro_tokens);
+  void read_noise_inputs(const at::Tensor& rider, const std::vector<int64_t>& micro_tokens, NoiseScaleInputs& out);
   model::Decoder model_;
   const data::DataSource& source_;
   c10::Device device_;
@@ -101,6 +124,8 @@ class TrainStep {
   int64_t debug_nan_first_, debug_nan_count_;  // 0-based first poisoned step (testing only); -1 off
   int64_t fidelity_period_;                     // grad_fidelity_period
   bool warned_underflow_ = false;
+  bool warned_noise_ = false;
+  std::unique_ptr<NoiseScale> noise_;
   std::unique_ptr<accumulate::ShadowAccumulator> accumulator_;
   std::shared_ptr<distributed::DataParallel> dp_;        // null for one process
   std::unique_ptr<distributed::ShardedOptimizer> zero_;  // ZeRO-1: set when dp_ and shard_optimizer_over_data

@@ -129,14 +129,15 @@ void log_optimizer_state(TrainStep& step, distributed::DataParallel& dp) {
 void write_end_of_run_files(const RunDirectory& dir, const RunSummary& summary, const memory::MemoryReport& mem) {
   write_file_atomically(dir.file("memory_report.json"), memory::to_json(mem));
   std::fputs(memory::format_table(mem).c_str(), stdout);
-  write_file_atomically(dir.file("summary.json"),
-                        to_json({{"steps", double(summary.steps)},
-                                 {"final_loss", summary.final_loss},
-                                 {"first_loss", summary.first_loss},
-                                 {"avg_tokens_per_s", summary.avg_tokens_per_s},
-                                 {"train_seconds", summary.seconds},
-                                 {"peak_mem_bytes", double(summary.peak_mem_bytes)},
-                                 {"eval_loss", summary.eval_loss}}) + "\n");  // null when no evaluation ran
+  JsonNumbers fields{{"steps", double(summary.steps)},
+                     {"final_loss", summary.final_loss},
+                     {"first_loss", summary.first_loss},
+                     {"avg_tokens_per_s", summary.avg_tokens_per_s},
+                     {"train_seconds", summary.seconds},
+                     {"peak_mem_bytes", double(summary.peak_mem_bytes)},
+                     {"eval_loss", summary.eval_loss}};  // null when no evaluation ran
+  if (!std::isnan(summary.gns_tokens)) fields.push_back({"gns_tokens", summary.gns_tokens});
+  write_file_atomically(dir.file("summary.json"), to_json(fields) + "\n");
   plot_loss_if_possible(dir.path());
 }
 
@@ -186,6 +187,8 @@ RunSummary Training::run() {
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(cfg_, step));
   checkpoint::TrainState& state = start.state;
   if (state.step > 0 && state.step == cfg_.steps) return finish_from_disk(start, step, meter);
+  if (NoiseScale* gns = step.noise_scale())  // a resumed run continues the EMAs bit for bit
+    gns->set_state({state.gns_ema_grad_sq, state.gns_ema_trace, state.gns_updates});
   std::optional<MetricsWriter> metrics;
   if (start.dir) {
     std::error_code ec;
@@ -235,17 +238,24 @@ RunSummary Training::run() {
     const auto eval_start = std::chrono::steady_clock::now();
     if (evaluated) summary.eval_loss = evaluator_->run(model, device_, dp.get());
     const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+    if (st.noise) summary.gns_tokens = st.noise->gns_tokens;
     if (metrics) {
       JsonNumbers fields = step_metrics(st, peak, state.skipped_steps);
       if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary.eval_loss}, {"eval_s", eval_s}});
       metrics->write(fields);
       const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
       const double shown_eval = std::isnan(summary.eval_loss) ? -1 : summary.eval_loss;
-      progress.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak, shown_eval});
+      progress.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak, shown_eval,
+                       st.noise ? st.noise->gns_tokens : -1.0});
     }
     guard.check(st);
     // Checkpoints fall between optimizer steps, where the shadow tree is zero: nothing is lost.
     state.step = s + 1;
+    if (const NoiseScale* gns = step.noise_scale()) {
+      state.gns_ema_grad_sq = gns->state().ema_grad_sq;
+      state.gns_ema_trace = gns->state().ema_trace;
+      state.gns_updates = gns->state().updates;
+    }
     const int stop = agreed_stop(signals, dp.get());
     if (start.checkpoints && (start.checkpoints->due(state.step) || (stop && cfg_.enable_checkpointing)))
       start.checkpoints->save(state, *model, step.optimizer());

@@ -35,6 +35,7 @@ struct RunSummary {
   double seconds = 0;
   int64_t peak_mem_bytes = -1;  // whole run; -1 when not measured
   double eval_loss = std::numeric_limits<double>::quiet_NaN();  // the last evaluation's; NaN when none ran
+  double gns_tokens = std::numeric_limits<double>::quiet_NaN();  // the last gradient noise scale; NaN when none
 };
 
 class Training {
