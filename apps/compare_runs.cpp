@@ -8,7 +8,8 @@
 
 #include "VersionLine.h"
 
-#include "compare/InputError.h"
+#include "util/Errors.h"
+#include "compare/ConfigDiff.h"
 #include "compare/Report.h"
 #include "compare/RunComparison.h"
 
@@ -62,11 +63,13 @@ int main(int argc, char **argv) {
     if (json) {
       std::cout << cmp::formatJson(result) << "\n";
     } else {
+      // Said first: a different steps or learning_rate explains a table full of mismatches.
       std::cout << "A: " << result.runA << "\nB: " << result.runB << "\n"
-                << cmp::formatTable(result) << cmp::formatVerdict(result) << "\n";
+                << cmp::formatConfigDiff(cmp::configDiff(runA, runB)) << cmp::formatTable(result)
+                << cmp::formatVerdict(result) << "\n";
     }
     return result.passed() ? kPass : kFail;
-  } catch (const cmp::InputError &e) {
+  } catch (const shadowgrad::InputError &e) {
     std::cerr << "compare_runs: error: " << e.what() << "\n";
     return kBadInput;
   } catch (const std::exception &e) {

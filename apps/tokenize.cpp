@@ -3,6 +3,7 @@
 // goes to DIR/val.bin, the rest to DIR/train.bin, each followed by EOS. Without --model it trains a SentencePiece
 // model on the training documents only (DIR/tokenizer.model), so nothing of the validation split leaks into it.
 // Exit codes: 0 success, 1 failure (SentencePiece, I/O), 2 bad input (files, options).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "config/Config.h"
 #include "data/TokenFile.h"
 #include "tokenize/Corpus.h"
 #include "tokenize/Tokenizer.h"
@@ -22,6 +24,23 @@ namespace fs = std::filesystem;
 using namespace shadowgrad;
 
 namespace {
+
+// The keys the suggested command needs so that base.yml's batch shape fits a small corpus: one eval batch must fit
+// in val.bin (eval_per_device_batch_size windows of max_target_length+1 tokens) and one window in train.bin.
+std::string fitting_batch_keys(size_t train_tokens, size_t val_tokens) {
+  const shadowgrad::config::Config defaults;
+  int64_t seq = defaults.max_target_length;
+  const auto smallest = static_cast<int64_t>(std::min(train_tokens, val_tokens));
+  std::string keys;
+  if (smallest < seq + 1) {
+    seq = std::max<int64_t>(2, smallest - 1);
+    keys += fmt::format(" max_target_length={}", seq);
+  }
+  const int64_t windows = static_cast<int64_t>(val_tokens) / (seq + 1);
+  if (windows < defaults.per_device_batch_size) keys += fmt::format(" eval_per_device_batch_size={}", std::max<int64_t>(1, windows));
+  return keys;
+}
+
 
 std::string read_text(const std::string& path) {
   std::error_code ec;
@@ -79,11 +98,12 @@ int run(const std::string& input, const std::string& out_dir, int vocab_size, st
       "  tokenizer: {} ({} pieces, EOS id {} after every document)\n"
       "train with:\n"
       "  build/trainer base.yml dataset_type=tokens dataset_path={}/train.bin eval_dataset_path={}/val.bin "
-      "tokenizer_path={} vocab_size={} eval_interval=50\n",
+      "tokenizer_path={} vocab_size={} eval_interval=25{}\n",
       input, text.size(), docs.size(), total, double(text.size()) / double(std::max<size_t>(total, 1)),
       split.train.size(), split.train_documents, split.val.size(), split.val_documents,
       100.0 * double(split.val.size()) / double(std::max<size_t>(total, 1)), fraction, fraction, model,
-      tokenizer.vocab_size(), tokenizer.eos_id(), out_dir, out_dir, model, tokenizer.vocab_size());
+      tokenizer.vocab_size(), tokenizer.eos_id(), out_dir, out_dir, model, tokenizer.vocab_size(),
+      fitting_batch_keys(split.train.size(), split.val.size()));
   return 0;
 }
 

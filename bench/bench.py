@@ -18,7 +18,22 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEED = dict(emb=512, heads=8, kv_heads=8, head_dim=64, mlp=2048, layers=4, vocab=32000, seq=512)
+
+
+def read_model(name):
+    """A model config of configs/ (e.g. seed.yml) as the short names used here: emb, heads, ..., seq."""
+    keys = dict(base_emb_dim="emb", base_num_query_heads="heads", base_num_kv_heads="kv_heads", head_dim="head_dim",
+                base_mlp_dim="mlp", base_num_decoder_layers="layers", vocab_size="vocab", max_target_length="seq")
+    model = {}
+    with open(os.path.join(ROOT, "configs", name)) as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() in keys:
+                model[keys[key.strip()]] = int(value)
+    return model
+
+
+SEED = read_model("seed.yml")  # the one definition of the seed model
 
 
 def cpu_flags():

@@ -23,8 +23,7 @@ done
 trainer=$(study_trainer)
 out=${out:-$(mktemp -d -t fold_bench.XXXXXX)}
 mkdir -p "$out"
-seed=(base_emb_dim=512 base_num_query_heads=8 base_num_kv_heads=8 base_mlp_dim=2048 base_num_decoder_layers=4
-      head_dim=64 vocab_size=32000 max_target_length=512 dtype=bfloat16 per_device_batch_size=1
+seed=(per_device_batch_size=1
       gradient_accumulation_steps=4 grad_dtype=bfloat16 enable_checkpointing=false log_period=1000 steps=$steps)
 
 # median of "value" lines on stdin
@@ -37,7 +36,7 @@ run_median() {
 
 for ((p = 1; p <= pairs; p++)); do
   for arm in stochastic nearest; do
-    "$trainer" base.yml "${seed[@]}" grad_accum_rounding=$arm "${overrides[@]}" base_output_directory="$out" \
+    "$trainer" seed.yml "${seed[@]}" grad_accum_rounding=$arm "${overrides[@]}" base_output_directory="$out" \
       run_name="$arm-$p" >"$out/$arm-$p.log" 2>&1
     echo "$arm $p: fold_s $(run_median fold_s "$out/$arm-$p") step_time_s $(run_median step_time_s "$out/$arm-$p")"
   done

@@ -35,8 +35,7 @@ done
 out=${out:-$(mktemp -d -t memory_table.XXXXXX)}
 mkdir -p "$out"
 
-seed=(base_emb_dim=512 base_num_query_heads=8 base_num_kv_heads=8 base_mlp_dim=2048 base_num_decoder_layers=4
-      head_dim=64 vocab_size=32000 max_target_length=512 dtype=bfloat16 log_period=1)
+seed=(log_period=1)
 # An override replaces the seed's value of its key (the trainer refuses a key given twice).
 for kv in "${extra[@]+"${extra[@]}"}"; do
   kept=()
@@ -51,7 +50,7 @@ run() {
   if [ -f "$out/$name/memory_report.json" ]; then return 0; fi
   rm -rf "${out:?}/$name"
   echo "running $name: $*" >&2
-  "$trainer" base.yml "${seed[@]}" steps="$steps" run_name="$name" base_output_directory="$out" "$@" \
+  "$trainer" seed.yml "${seed[@]}" steps="$steps" run_name="$name" base_output_directory="$out" "$@" \
     "${extra[@]+"${extra[@]}"}" >"$out/$name.log" 2>&1 || { echo "run $name failed; see $out/$name.log" >&2; exit 1; }
 }
 

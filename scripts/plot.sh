@@ -88,7 +88,10 @@ plot_curves() {
   while (($#)); do
     local name=$1 dir=$2 data=$tmp/curve$i.dat
     shift 2
-    [[ -f $dir/metrics.jsonl ]] || die "$dir has no metrics.jsonl"
+    if [[ ! -f $dir/metrics.jsonl ]]; then
+      [[ ! -f $dir/summary.csv ]] || die "$dir has no metrics.jsonl; it is a sweep directory: scripts/plot.sh --sweep $dir"
+      die "$dir has no metrics.jsonl"
+    fi
     extract "$metric" "$dir/metrics.jsonl" "$data" || die "$dir/metrics.jsonl has no '$metric' values"
     points=$(($(wc -l <"$data") > points ? $(wc -l <"$data") : points))
     plots+=("$(gp_str "$data") using 1:2 title $(gp_str "$name")")

@@ -116,7 +116,7 @@ on_signal() {
 }
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
-failed=0 busy=0 n=0
+failed=0 busy=0 n=0 interrupted_run="" failures=()
 for combo in "${combos[@]}"; do
   [[ -z $stop ]] || break
   n=$((n + 1))
@@ -160,8 +160,13 @@ for combo in "${combos[@]}"; do
     exec 3>&-
     if [[ -n $stop ]] && ((rc == 130 || rc == 143)); then
       status=interrupted
+      interrupted_run=$name
     elif ((rc != 0)); then
       status="failed (exit $rc)"
+      # The reason is the trainer's last "error:" line (exit 2 and 1 print one), else its log's last line.
+      reason=$(grep -E 'error: ' "$log" | tail -n 1 || true)
+      [[ -n $reason ]] || reason=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1 || true)
+      failures+=("$name: ${reason:-(empty log)}")
     elif [[ ! -f $run_dir/summary.json ]]; then
       status="failed (no summary.json)"
     fi
@@ -180,11 +185,17 @@ echo
 echo "summary: $sweep_dir/summary.md and summary.csv"
 ((busy == 0)) || echo "sweep.sh: $busy runs were being run by another sweep; re-run when it is done to tabulate them"
 if [[ -n $stop ]]; then
-  echo "sweep.sh: stopped by SIG$stop after $n of ${#combos[@]} runs; rerun the same command to resume" >&2
+  if [[ -n $interrupted_run ]]; then
+    echo "sweep.sh: stopped by SIG$stop during run $n of ${#combos[@]} ($interrupted_run; checkpointed);" \
+      "rerun the same command to resume" >&2
+  else
+    echo "sweep.sh: stopped by SIG$stop after run $n of ${#combos[@]}; rerun the same command to resume" >&2
+  fi
   [[ $stop == INT ]] && exit 130
   exit 143
 fi
 if ((failed)); then
-  echo "sweep.sh: $failed of ${#combos[@]} runs failed" >&2
+  echo "sweep.sh: $failed of ${#combos[@]} runs failed:" >&2
+  for f in "${failures[@]+"${failures[@]}"}"; do echo "  $f" >&2; done
   exit 1
 fi

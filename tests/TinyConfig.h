@@ -1,20 +1,14 @@
 #pragma once
-// A tiny model and batch for fast tests: emb 32, 2 layers, vocab 64, seq 16, fp32 compute.
+// A tiny model and batch for fast tests: configs/tiny.yml (emb 32, 2 layers, vocab 64, seq 16), fp32 compute,
+// 4 sequences per microbatch.
 #include <string>
 
 #include "config/Config.h"
+#include "config/ConfigLoader.h"
 #include "config/ConfigSchema.h"
 
 inline shadowgrad::config::Config tiny_config() {
-  shadowgrad::config::Config c;
-  c.base_emb_dim = 32;
-  c.base_num_query_heads = 2;
-  c.base_num_kv_heads = 1;
-  c.head_dim = 16;
-  c.base_mlp_dim = 64;
-  c.base_num_decoder_layers = 2;
-  c.vocab_size = 64;
-  c.max_target_length = 16;
+  auto c = shadowgrad::config::load_config(SHADOWGRAD_SOURCE_DIR "/configs/tiny.yml", {});
   c.per_device_batch_size = 4;
   c.gradient_accumulation_steps = 1;
   c.dtype = shadowgrad::config::FloatDtype::float32;

@@ -25,14 +25,16 @@ inline int exit_code(int status) {
   return -1;
 }
 
-inline Result run(const std::string& args) {
-  std::string cmd = std::string(TRAINER_BIN) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
+// Any shell command line, to completion.
+inline Result run_command(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
   while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
   return {exit_code(pclose(pipe)), out};
 }
+
+inline Result run(const std::string& args) { return run_command(std::string(TRAINER_BIN) + " " + args); }
 
 // Starts the trainer in the background with output to `log`; the pid is the trainer's own. `env` is a list of
 // NAME=value words exported to it, e.g. "RANK=1 WORLD_SIZE=2".
@@ -88,9 +90,19 @@ inline std::string fresh_dir(const std::string& name) {
 }
 
 // A tiny model: emb 32, 2 layers, vocab 64, seq 16, one thread.
-inline const std::string kTinyModel =
-    " base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16 base_mlp_dim=64"
-    " base_num_decoder_layers=2 vocab_size=64 max_target_length=16 per_device_batch_size=2 num_threads=1";
+// configs/tiny.yml's keys as " key=value" overrides (one definition of the tiny model, for base.yml runs).
+inline std::string yaml_as_overrides(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    const auto colon = line.find(':');
+    if (line.empty() || line[0] == '#' || colon == std::string::npos) continue;
+    const auto value = line.find_first_not_of(' ', colon + 1);
+    out += " " + line.substr(0, colon) + "=" + (value == std::string::npos ? "" : line.substr(value));
+  }
+  return out;
+}
+inline const std::string kTinyModel = yaml_as_overrides(SHADOWGRAD_SOURCE_DIR "/configs/tiny.yml");
 // The same, logging every step.
 inline const std::string kTiny = kTinyModel + " log_period=1";
 

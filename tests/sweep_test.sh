@@ -24,9 +24,8 @@ fail() {
 }
 
 sweep() {
-  "$repo/scripts/sweep.sh" base.yml gradient_accumulation_steps=1,2 grad_dtype=float32,bfloat16 \
-    steps=3 checkpoint_period=2 base_emb_dim=32 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 base_mlp_dim=64 \
-    head_dim=16 base_num_query_heads=2 base_num_kv_heads=1 per_device_batch_size=2 --out "$out"
+  "$repo/scripts/sweep.sh" tiny.yml gradient_accumulation_steps=1,2 grad_dtype=float32,bfloat16 \
+    steps=3 checkpoint_period=2 --out "$out"
 }
 
 echo "== first sweep"
@@ -76,9 +75,7 @@ final() { grep -o '"final_loss": [^,}]*' "$1"; }
 echo "== one SIGINT to a 3-run sweep: the run under way checkpoints, nothing new starts, exit 130"
 out=$tmp/stopped
 set -m  # job control: the background sweep gets its own process group and may trap SIGINT
-"$repo/scripts/sweep.sh" base.yml gradient_accumulation_steps=1,2,4 steps=400 checkpoint_period=1000 \
-  base_emb_dim=32 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 base_mlp_dim=64 head_dim=16 \
-  base_num_query_heads=2 base_num_kv_heads=1 per_device_batch_size=2 num_threads=1 log_period=1 --out "$out" \
+"$repo/scripts/sweep.sh" tiny.yml gradient_accumulation_steps=1,2,4 steps=400 checkpoint_period=1000 log_period=1 --out "$out" \
   >"$tmp/stopped.out" 2>&1 &
 sweep_pid=$!
 set +m
@@ -93,15 +90,15 @@ wait "$sweep_pid" || rc=$?
 cat "$tmp/stopped.out"
 ((rc == 130)) || fail "stopped sweep exited $rc, expected 130"
 grep -q "gradient_accumulation_steps-1,.*interrupted$" "$out/summary.csv" || fail "the run under way is not 'interrupted'"
+grep -q "stopped by SIGINT during run 1 of 3 (gradient_accumulation_steps-1; checkpointed)" "$tmp/stopped.out" ||
+  fail "the stop message does not name the interrupted run"
 [[ ! -e $out/gradient_accumulation_steps-2 ]] || fail "a new run was started after the signal"
 compgen -G "$first_run/checkpoints/step-*" >/dev/null || fail "the interrupted run left no checkpoint"
 [[ ! -f $first_run/summary.json ]] || fail "the interrupted run wrote summary.json"
 
 echo "== the same sweep again resumes the interrupted run and finishes all three"
 rc=0
-resumed=$("$repo/scripts/sweep.sh" base.yml gradient_accumulation_steps=1,2,4 steps=400 checkpoint_period=1000 \
-  base_emb_dim=32 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 base_mlp_dim=64 head_dim=16 \
-  base_num_query_heads=2 base_num_kv_heads=1 per_device_batch_size=2 num_threads=1 log_period=1 --out "$out" 2>&1) ||
+resumed=$("$repo/scripts/sweep.sh" tiny.yml gradient_accumulation_steps=1,2,4 steps=400 checkpoint_period=1000 log_period=1 --out "$out" 2>&1) ||
   rc=$?
 echo "$resumed"
 ((rc == 0)) || fail "resumed sweep exited $rc"
@@ -127,6 +124,21 @@ for run in gradient_accumulation_steps-{1,2}_grad_dtype-{float32,bfloat16}; do
   [[ $(grep -c 'done:' "$out/$run.log") == 1 ]] || fail "$run.log does not show exactly one finished run"
   grep -q 'in use by another trainer' "$out/$run.log" && fail "$run was started while another trainer held it"
 done
+
+echo "== a sweep whose runs all fail: its summary gives each run's error line"
+rc=0
+failing=$("$repo/scripts/sweep.sh" tiny.yml head_dim=15,17 steps=1 --out "$tmp/failing" 2>&1) || rc=$?
+echo "$failing"
+((rc == 1)) || fail "a failing sweep exited $rc, expected 1"
+grep -q "2 of 2 runs failed:" <<<"$failing" || fail "no failure summary"
+for d in 15 17; do
+  grep -q "head_dim-$d: error: head_dim ($d) must be even for RoPE" <<<"$failing" || fail "no reason for head_dim=$d"
+done
+
+echo "== plot.sh on a sweep directory points to --sweep"
+rc=0
+plotted=$("$repo/scripts/plot.sh" "$tmp/failing" 2>&1) || rc=$?
+((rc == 2)) && grep -q "scripts/plot.sh --sweep $tmp/failing" <<<"$plotted" || fail "plot.sh gave: $plotted (exit $rc)"
 
 rm -rf "$tmp"
 echo "sweep_test: PASS"

@@ -1,4 +1,4 @@
-// The bad-input table (README "bad input"): each row runs the trainer and checks the exit code and that
+// The bad-input table (docs/bad-input.md): each row runs the trainer and checks the exit code and that
 // the last line is one "error: ..." line naming the culprit (key, file or line). One TEST_CASE per row.
 #include <catch2/catch.hpp>
 

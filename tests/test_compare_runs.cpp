@@ -17,9 +17,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "compare/InputError.h"
+#include "util/Errors.h"
 #include "compare/JsonLine.h"
 #include "compare/MetricsFile.h"
+#include "compare/ConfigDiff.h"
 #include "compare/Report.h"
 #include "compare/RunComparison.h"
 #include "compare/StepRange.h"
@@ -28,6 +29,7 @@
 
 namespace fs = std::filesystem;
 using namespace shadowgrad::compare;
+using shadowgrad::InputError;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 
@@ -293,6 +295,20 @@ TEST_CASE("compareRuns reads both runs from disk", "[compare]") {
   CHECK_THROWS_WITH(compareRuns(dir.path() / "a", dir.path() / "b", missing), Contains("a/metrics.jsonl"));
 }
 
+TEST_CASE("configDiff names the keys whose values differ, not the run's name", "[compare]") {
+  TempDir dir;
+  dir.write("a/config.yml", "# comment\nrun_name: a\nsteps: 40\nlearning_rate: 0.01\ndtype: float32\n");
+  dir.write("b/config.yml", "run_name: b\nsteps: 20\nlearning_rate: 0.01\ndtype: float32\nnew_key: 1\n");
+  const auto diffs = configDiff((dir.path() / "a").string(), (dir.path() / "b").string());
+  REQUIRE(diffs.size() == 2);
+  CHECK(diffs[0].key == "new_key");
+  CHECK(diffs[0].a == "(absent)");
+  CHECK(diffs[1].key == "steps");
+  CHECK(formatConfigDiff(diffs) == "config.yml differs in 2 keys: new_key (A: (absent), B: 1), steps (A: 40, B: 20)\n");
+  CHECK(configDiff((dir.path() / "a").string(), (dir.path() / "missing").string()).empty());
+  CHECK(formatConfigDiff({}).empty());
+}
+
 #ifdef COMPARE_RUNS_BIN
 
 namespace {
@@ -335,6 +351,13 @@ TEST_CASE("compare_runs binary: exit codes 0, 1 and 2", "[compare][cli]") {
   ProcessResult fail = runCompare(quoted(a) + " " + quoted(off));
   CHECK(fail.exitCode == 1);
   CHECK_THAT(fail.output, Contains("!!") && Contains("FAIL: 1 of 3 steps"));
+  CHECK_THAT(fail.output, !Contains("config.yml differs"));
+  // Runs with different configs say which keys differ before the table.
+  dir.write("a/config.yml", "steps: 3\n");
+  dir.write("off/config.yml", "steps: 4\n");
+  const std::string differing = runCompare(quoted(a) + " " + quoted(off)).output;
+  CHECK_THAT(differing, Contains("config.yml differs in 1 key: steps (A: 3, B: 4)\n"));
+  CHECK(differing.find("config.yml differs") < differing.find("!!"));
 
   // The same pair passes when the step range leaves out the differing step, or the tolerance covers it.
   CHECK(runCompare(quoted(a) + " " + quoted(off) + " --steps 1:2").exitCode == 0);

@@ -3,6 +3,8 @@
 // underflow counting, and the grad_fidelity_period reference error.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include <cmath>
 #include <vector>
 
@@ -82,6 +84,10 @@ TEST_CASE("round-to-nearest through the kernel is add_ bit for bit, and the fp16
     REQUIRE(accumulate::fp16_round_nearest(v) == c10::detail::fp16_ieee_from_fp32_value(v));
     REQUIRE(accumulate::bf16_round_nearest(v) == c10::detail::round_to_nearest_even(v));
   }
+  // One NaN rule for bf16 (c10's, whatever the sign or payload), which MixedAdd's fold shares.
+  auto from_bits = [](uint32_t b) { float f; std::memcpy(&f, &b, sizeof f); return f; };
+  for (float nan : {NAN, -NAN, from_bits(0x7F800001u), from_bits(0xFFC00001u)})
+    REQUIRE(accumulate::bf16_round_nearest(nan) == c10::detail::round_to_nearest_even(nan));
 }
 
 TEST_CASE("stochastic rounding lands on a neighbour, keeps exact values, NaN and Inf", "[rounding]") {

@@ -282,3 +282,22 @@ TEST_CASE("trainer on token files: eval_loss on eval steps and in summary.json, 
   resumed[2] = "<missing>";
   CHECK(resumed == k2);
 }
+
+TEST_CASE("build/tokenize's suggested trainer command runs on the small corpus it was printed for", "[tokens][hints]") {
+  const std::string dir = tf::temp_path("suggested");
+  const std::string text = tf::temp_path("suggested_corpus.txt");
+  std::ofstream(text, std::ios::binary) << tf::tiny_corpus(120);
+  const auto made = trainer_process::run_command(std::string(TOKENIZE_BIN) + " " + text + " --out-dir " + dir +
+                                                 " --vocab-size 100 --model-type bpe --val-fraction 0.1");
+  INFO(made.output);
+  REQUIRE(made.code == 0);
+  const auto at = made.output.find("build/trainer ");
+  REQUIRE(at != std::string::npos);
+  std::string command = made.output.substr(at + std::string("build/trainer ").size());
+  command = command.substr(0, command.find('\n'));
+  CHECK_THAT(command, Catch::Contains("eval_per_device_batch_size="));  // this corpus is smaller than one eval batch
+  const auto trained = trainer_process::run(command + " steps=1 base_emb_dim=32 base_mlp_dim=64 enable_checkpointing=false"
+                                            " base_output_directory=" + tf::temp_path("suggested_runs") + " run_name=r");
+  INFO(trained.output);
+  CHECK(trained.code == 0);
+}

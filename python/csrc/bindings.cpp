@@ -53,6 +53,7 @@ void reclaim(ShadowAccumulator& acc) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "C++ core of shadowgrad; use shadowgrad.ShadowAccumulator.";
+  m.attr("__version__") = SHADOWGRAD_VERSION;  // CMake's project(VERSION): the one place the version is written
   py::class_<ShadowAccumulator>(m, "Engine")
       .def(py::init([](const std::vector<at::Tensor>& params, const py::object& dtype) {
              return std::make_unique<ShadowAccumulator>(params, to_scalar_type(dtype));

@@ -25,7 +25,7 @@ import torch  # loads libtorch_python, which _C links against
 
 from . import _C
 
-__version__ = "0.3.0"
+__version__ = _C.__version__
 __all__ = ["ShadowAccumulator", "two_batch_estimates"]
 
 # torch.optim optimizers whose update of a parameter reads only that parameter's gradient and state, so that one

@@ -28,7 +28,7 @@ void add_float_into(T* d, const float* s, int64_t n) {
 }
 
 // The bf16 case, written branch-free on the bits so that the compiler vectorises it (c10::BFloat16's conversion
-// does not vectorise, and was 3x slower than an fp32 add_): round to nearest-even, NaN -> 0x7FC0 as in c10.
+// does not vectorise, and was 3x slower than an fp32 add_), rounded by bf16_round_nearest.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void add_float_into_bf16_bits(uint16_t* d,
                                                                                            const float* s,
                                                                                            int64_t n) {
@@ -37,10 +37,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void add_float_into
     float sum;
     std::memcpy(&sum, &widened, sizeof sum);
     sum += s[i];
-    uint32_t u;
-    std::memcpy(&u, &sum, sizeof u);
-    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    d[i] = (u & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t{0x7FC0} : static_cast<uint16_t>(rounded);
+    d[i] = bf16_round_nearest(sum);
   }
 }
 

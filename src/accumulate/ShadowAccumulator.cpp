@@ -239,6 +239,10 @@ const std::vector<at::Tensor>& ShadowAccumulator::shadows() const {
   state_->settle();
   return state_->shadows;
 }
+std::vector<at::Tensor>& ShadowAccumulator::mutable_shadows() {
+  state_->settle();
+  return state_->shadows;
+}
 c10::ScalarType ShadowAccumulator::grad_dtype() const { return state_->grad_dtype; }
 int64_t ShadowAccumulator::folds() const { return state_->folds; }
 double ShadowAccumulator::fold_seconds() const { return state_->fold_seconds; }

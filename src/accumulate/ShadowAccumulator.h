@@ -96,7 +96,10 @@ class ShadowAccumulator {
   at::Tensor gather_rows(const at::Tensor& param, const at::Tensor& index, c10::ScalarType dtype) const;
 
   const std::vector<at::Tensor>& params() const;
+  // The shadow tree, to read (norms, comparisons, copies). It is never modified through this accessor.
   const std::vector<at::Tensor>& shadows() const;
+  // The shadow tree, to modify in place between end() and step(): e.g. a data-parallel all-reduce.
+  std::vector<at::Tensor>& mutable_shadows();
   c10::ScalarType grad_dtype() const;
   // Bytes held by the shadow tree.
   int64_t bytes() const;

@@ -21,6 +21,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "../util/Hash.h"  // relative: found both in src/ and in the installed include/shadowgrad/
+
 namespace shadowgrad::accumulate {
 
 enum class Rounding : int { kNearest, kStochastic };
@@ -29,13 +31,7 @@ enum class Rounding : int { kNearest, kStochastic };
 Rounding rounding_from_name(const std::string& name);
 const char* rounding_name(Rounding r);
 
-// SplitMix64's finaliser: a bijective 64-bit mix.
-constexpr uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using util::mix64;  // SplitMix64's finaliser
 
 // One 64-bit key from a seed and any number of counters (order matters).
 inline uint64_t rounding_key(uint64_t seed, std::initializer_list<uint64_t> counters) {
@@ -101,11 +97,12 @@ inline float float_from_bits(uint32_t b) {
 // bf16 bits -> fp32: exact (bf16 is fp32's top half).
 inline float bf16_to_float(uint16_t bits) { return float_from_bits(uint32_t(bits) << 16); }
 
-// fp32 -> bf16 bits, round to nearest even (NaN -> 0x7FC0 with the sign), as c10::BFloat16 rounds.
+// fp32 -> bf16 bits, round to nearest even, bit for bit c10::BFloat16: every NaN becomes 0x7FC0 (c10's
+// round_to_nearest_even drops its sign). The one copy of this rule: MixedAdd and src/kernels call it.
 inline uint16_t bf16_round_nearest(float x) {
   const uint32_t b = float_bits(x);
   const uint32_t rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
-  return uint16_t((b & 0x7FFFFFFFu) > 0x7F800000u ? ((b >> 16) & 0x8000u) | 0x7FC0u : rounded);
+  return uint16_t((b & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
 }
 
 // fp16 bits -> fp32 and fp32 -> fp16 bits (round to nearest even), bit for bit c10::Half's conversions, but

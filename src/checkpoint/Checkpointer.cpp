@@ -25,6 +25,7 @@
 #include "checkpoint/RunLayout.h"
 #include "config/ConfigSchema.h"
 #include "config/ConfigWriter.h"
+#include "util/Hash.h"
 
 namespace shadowgrad::checkpoint {
 namespace fs = std::filesystem;
@@ -39,11 +40,7 @@ void stage(const std::string& name) {
   if (fault_hook()) fault_hook()(name);
 }
 
-std::string fnv1a64_hex(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{:016x}", h);
-}
+std::string fnv1a64_hex(const std::string& text) { return fmt::format("{:016x}", util::fnv1a64(text.data(), text.size())); }
 
 std::vector<std::pair<std::string, std::string>> frozen_values(const config::Config& cfg) {
   std::vector<std::pair<std::string, std::string>> out;

@@ -1,94 +1,13 @@
 #include "checkpoint/DurableFile.h"
 
-#include <cerrno>
-#include <cstring>
-#include <stdexcept>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <fmt/format.h>
-
 #include "checkpoint/Crc32.h"
 
 namespace shadowgrad::checkpoint {
-namespace {
-
-[[noreturn]] void fail(const std::string& what, const std::string& path) {
-  throw std::runtime_error(fmt::format("cannot {} '{}': {}", what, path, std::strerror(errno)));
-}
-
-} // namespace
-
-DurableWriter::DurableWriter(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("create", path);
-}
-
-DurableWriter::~DurableWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
 
 void DurableWriter::write(const void* data, size_t size) {
-  const auto* p = static_cast<const char*>(data);
-  crc_ = checkpoint::crc32(p, size, crc_);
+  crc_ = checkpoint::crc32(static_cast<const char*>(data), size, crc_);
   bytes_ += static_cast<int64_t>(size);
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::write(fd_, p + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("write", path_);
-    done += size_t(n);
-  }
-}
-
-void DurableWriter::commit() {
-  if (::fsync(fd_) != 0) fail("fsync", path_);
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) fail("close", path_);
-}
-
-void write_durably(const std::string& path, const std::string& bytes) {
-  DurableWriter w(path);
-  w.write(bytes.data(), bytes.size());
-  w.commit();
-}
-
-void sync_directory(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail("open directory", dir);
-  if (::fsync(fd) != 0) {
-    int saved = errno;
-    ::close(fd);
-    errno = saved;
-    fail("fsync directory", dir);
-  }
-  ::close(fd);
-}
-
-std::string read_whole_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("open", path);
-  std::string out;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) out.reserve(size_t(st.st_size));  // one allocation, no regrowth
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int saved = errno;
-      ::close(fd);
-      errno = saved;
-      fail("read", path);
-    }
-    if (n == 0) break;
-    out.append(buf, size_t(n));
-  }
-  ::close(fd);
-  return out;
+  file_.write(data, size);
 }
 
 } // namespace shadowgrad::checkpoint

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "checkpoint/DurableFile.h"
+#include "util/File.h"
 
 namespace shadowgrad::checkpoint {
 
@@ -50,9 +51,7 @@ MetricsTail truncate_metrics(const std::string& path, int64_t step) {
     tail.eval_loss = number_after(line, "eval_loss", tail.eval_loss);
     kept += line + "\n";
   }
-  const std::string tmp = path + ".tmp";
-  write_durably(tmp, kept);
-  std::filesystem::rename(tmp, path);
+  util::write_file_atomically(path, kept);
   return tail;
 }
 

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "compare/InputError.h"
+#include "util/Errors.h"
 #include "compare/JsonLine.h"
 
 namespace shadowgrad::compare {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "compare/InputError.h"
+#include "util/Errors.h"
 #include "compare/MetricsFile.h"
 
 namespace shadowgrad::compare {

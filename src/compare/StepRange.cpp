@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "compare/InputError.h"
+#include "util/Errors.h"
 
 namespace shadowgrad::compare {
 namespace {

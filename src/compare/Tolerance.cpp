@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "compare/InputError.h"
+#include "util/Errors.h"
 
 namespace shadowgrad::compare {
 

@@ -5,17 +5,14 @@
 
 #include <ATen/ATen.h>
 
+#include "util/Hash.h"
+
 namespace shadowgrad::data {
 
 uint64_t example_hash(uint64_t seed, int64_t step, int64_t index) {
-  // splitmix64 over a combination of the three inputs: cheap, well mixed, and platform independent.
-  auto mix = [](uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  };
-  return mix(mix(mix(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(index));
+  // SplitMix64 over a combination of the three inputs: cheap, well mixed, and platform independent.
+  using util::mix64;
+  return mix64(mix64(mix64(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(index));
 }
 
 SyntheticSource::SyntheticSource(uint64_t seed, int64_t vocab_size, int64_t max_length, double min_length_fraction)

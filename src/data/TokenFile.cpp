@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "util/Errors.h"
+#include "util/File.h"
 
 namespace shadowgrad::data {
 
@@ -165,20 +166,18 @@ void write_llmc_tokens(const std::string& path, const uint32_t* tokens, size_t c
   header[1] = narrow ? 1 : 7;
   header[2] = static_cast<int32_t>(count);
   const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw std::runtime_error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-  bool ok = std::fwrite(header.data(), sizeof(int32_t), header.size(), f) == header.size();
-  if (narrow) {
-    std::vector<uint16_t> narrowed(tokens, tokens + count);
-    ok = ok && std::fwrite(narrowed.data(), 2, count, f) == count;
-  } else {
-    ok = ok && std::fwrite(tokens, 4, count, f) == count;
+  {
+    util::FileWriter f(tmp);
+    f.write(header.data(), header.size() * sizeof(int32_t));
+    if (narrow) {
+      std::vector<uint16_t> narrowed(tokens, tokens + count);
+      f.write(narrowed.data(), count * 2);
+    } else {
+      f.write(tokens, count * 4);
+    }
+    f.commit();
   }
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  }
+  util::rename_durably(tmp, path);
 }
 
 } // namespace shadowgrad::data

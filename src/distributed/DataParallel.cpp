@@ -15,27 +15,15 @@
 #include "distributed/BucketedReduce.h"
 #include "distributed/Communicator.h"
 #include "distributed/Environment.h"
+#include "util/Hash.h"
 
 namespace shadowgrad::distributed {
 
-namespace {
-
-constexpr uint64_t kFnvOffset = 1469598103934665603ull;
-constexpr uint64_t kFnvPrime = 1099511628211ull;
-
-uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
-  return h;
-}
-
-} // namespace
-
 uint64_t checksum(const std::vector<at::Tensor>& tensors) {
-  uint64_t h = kFnvOffset;
+  uint64_t h = util::kFnv1aOffset;
   for (const auto& t : tensors) {
     at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    h = fnv1a(c.data_ptr(), c.numel() * c.element_size(), h);
+    h = util::fnv1a64(c.data_ptr(), c.numel() * c.element_size(), h);
   }
   return h;
 }
@@ -54,7 +42,7 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, const config::Con
       shard_optimizer_(cfg.shard_optimizer_over_data),
       config_hash_([&] {
         const std::string yaml = config::to_yaml(cfg);
-        return fnv1a(yaml.data(), yaml.size(), kFnvOffset);
+        return util::fnv1a64(yaml.data(), yaml.size());
       }()) {}
 
 DataParallel::~DataParallel() = default;
@@ -77,7 +65,7 @@ double DataParallel::global_sum(double local) {
 void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc, const at::Tensor& rider) {
   at::NoGradGuard no_grad;
   folds_at_last_reduce_ = acc.folds();
-  const int64_t buckets = all_reduce_sum_bucketed(*comm_, acc.shadows(), bucket_bytes_, rider);
+  const int64_t buckets = all_reduce_sum_bucketed(*comm_, acc.mutable_shadows(), bucket_bytes_, rider);
   if (!logged_buckets_) {
     int64_t numel = 0;
     for (const auto& s : acc.shadows()) numel += s.numel();

@@ -93,17 +93,4 @@ RunDirectory RunDirectory::open(const fs::path& dir, const std::string& name, bo
   return RunDirectory(dir.string(), name, restarted);
 }
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(fmt::format("cannot write '{}'", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
-}
-
 } // namespace shadowgrad::train

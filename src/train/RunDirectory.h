@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include "util/File.h"
+
 namespace shadowgrad::config {
 struct Config;
 }
@@ -35,7 +37,7 @@ class RunDirectory {
 // run-YYYYmmdd-HHMMSS in local time.
 std::string generated_run_name();
 
-// Writes `text` to `path` through a temporary file and a rename, so readers never see half a file.
-void write_file_atomically(const std::string& path, const std::string& text);
+// Run files (config.yml, summary.json, ...) are replaced whole, durably: util::write_file_atomically.
+using util::write_file_atomically;
 
 } // namespace shadowgrad::train

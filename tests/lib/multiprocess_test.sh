@@ -23,6 +23,4 @@ fail() {
   exit 1
 }
 
-tiny=(base.yml log_period=1 base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16
-      base_mlp_dim=64 base_num_decoder_layers=2 vocab_size=64 max_target_length=16 dtype=float32 num_threads=1
-      per_device_batch_size=2 synthetic_min_length_fraction=0.2 base_output_directory=$runs)
+tiny=(tiny.yml log_period=1 dtype=float32 synthetic_min_length_fraction=0.2 base_output_directory=$runs)
