@@ -1,6 +1,7 @@
 // trainer CONFIG [key=value ...]: trains the decoder with gradient accumulation into a shadow tree.
 // Exit codes: 0 success, 1 runtime failure, 2 bad input (config, data, run directory, checkpoint,
 // command line), 3 too many non-finite steps in a row, 130 / 143 stopped by SIGINT / SIGTERM.
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -26,6 +27,7 @@
 #include "train/MemoryProbe.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
+#include "train/TrainStep.h"
 #include "train/Training.h"
 #include "util/Errors.h"
 
@@ -63,6 +65,18 @@ std::string flag_hint(const CLI::App& app, int argc, char** argv) {
     if (!fix.empty()) return fmt::format(" (config keys are given as key=value: did you mean '{}'?)", fix);
   }
   return "";
+}
+
+// Tests of the non-finite guard run the real binary: SHADOWGRAD_TEST_NAN_STEPS=FIRST:COUNT (1-based steps) poisons
+// those steps' loss. A test seam, deliberately not a config key.
+void install_test_seams() {
+  const char* spec = std::getenv("SHADOWGRAD_TEST_NAN_STEPS");
+  if (!spec) return;
+  long first = 0, count = 1;
+  if (std::sscanf(spec, "%ld:%ld", &first, &count) < 1 || first < 1) return;
+  spdlog::warn("SHADOWGRAD_TEST_NAN_STEPS={}: steps {}..{} get a NaN loss (a test seam)", spec, first, first + count - 1);
+  shadowgrad::train::TrainStep::set_nan_fault_hook(
+      [first, count](int64_t step) { return step + 1 >= first && step + 1 < first + count; });
 }
 
 } // namespace
@@ -124,6 +138,7 @@ int main(int argc, char** argv) {
       std::cout << shadowgrad::memory::format_table(report) << shadowgrad::memory::to_json(report);
       return 0;
     }
+    install_test_seams();
     shadowgrad::train::Training training(cfg);
     auto summary = training.run();
     spdlog::info("done: {} steps | loss {:.4f} -> {:.4f} | {:.0f} tokens/s average | {}", summary.steps,

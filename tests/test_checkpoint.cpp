@@ -299,7 +299,10 @@ TEST_CASE("truncate_metrics keeps each step up to the checkpoint once and drops 
 
 TEST_CASE("a non-finite step leaves parameters and optimizer state untouched", "[checkpoint][nan]") {
   config::Config c = tiny_config();
-  c.debug_nan_at_step = 3;  // 1-based: the step with index 2
+  train::TrainStep::set_nan_fault_hook([](int64_t step) { return step == 2; });
+  struct Unhook {
+    ~Unhook() { train::TrainStep::set_nan_fault_hook(nullptr); }
+  } unhook;
   Rig rig(c);
   rig.step->run(0);
   rig.step->run(1);
@@ -485,7 +488,8 @@ TEST_CASE("kill -9 at random points while checkpoints are written never loses th
 
 TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite in a row exits 3", "[nan]") {
   const std::string base = tp::fresh_dir("nan");
-  auto ok = tp::run(run_args(base, "ok", "steps=6 debug_nan_at_step=3 debug_nan_num_steps=2 max_consecutive_nonfinite=3"));
+  auto ok = tp::run_command("SHADOWGRAD_TEST_NAN_STEPS=3:2 " + std::string(TRAINER_BIN) + " " +
+                            run_args(base, "ok", "steps=6 max_consecutive_nonfinite=3"));
   INFO(ok.output);
   REQUIRE(ok.code == 0);
   CHECK(tp::field(base + "/ok/metrics.jsonl", "skipped_steps") ==
@@ -493,7 +497,8 @@ TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite i
   CHECK(tp::field(base + "/ok/metrics.jsonl", "loss")[2] == "null");
   CHECK_THAT(ok.output, Catch::Contains("step 3: non-finite loss"));
 
-  auto stop = tp::run(run_args(base, "stop", "steps=10 debug_nan_at_step=2 debug_nan_num_steps=5 max_consecutive_nonfinite=3"));
+  auto stop = tp::run_command("SHADOWGRAD_TEST_NAN_STEPS=2:5 " + std::string(TRAINER_BIN) + " " +
+                              run_args(base, "stop", "steps=10 max_consecutive_nonfinite=3"));
   CHECK(stop.code == 3);
   CHECK_THAT(stop.output, Catch::Contains("error: steps 2..4 all had a non-finite loss or gradient norm "
                                           "(max_consecutive_nonfinite=3)"));

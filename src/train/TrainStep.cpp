@@ -20,6 +20,15 @@
 
 namespace shadowgrad::train {
 
+namespace {
+std::function<bool(int64_t)>& nan_fault_hook() {
+  static std::function<bool(int64_t)> hook;
+  return hook;
+}
+} // namespace
+
+void TrainStep::set_nan_fault_hook(std::function<bool(int64_t)> hook) { nan_fault_hook() = std::move(hook); }
+
 TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::DataSource& source, c10::Device device,
                      std::shared_ptr<distributed::DataParallel> dp)
     : model_(std::move(model)),
@@ -31,8 +40,6 @@ TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::
       loss_chunk_tokens_(c.loss_chunk_tokens),
       fused_kernels_(c.fused_kernels),
       schedule_(c.learning_rate, c.schedule_steps(), c.warmup_steps_fraction, c.cosine_learning_rate_final_fraction),
-      debug_nan_first_(c.debug_nan_at_step > 0 ? c.debug_nan_at_step - 1 : -1),
-      debug_nan_count_(c.debug_nan_num_steps),
       fidelity_period_(c.grad_fidelity_period),
       accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(),
                                                                    config::scalar_type(c.grad_dtype))),
@@ -90,8 +97,8 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
   const int64_t local = micro_batch_ * micro_steps_;
   data::Batch batch = source_.examples(step, dp_ ? dp_->rank() * local : 0, local);
   sums.tokens = dp_ ? dp_->global_tokens(batch.valid_tokens()) : batch.valid_tokens();
-  const bool poisoned = debug_nan_first_ >= 0 && step >= debug_nan_first_ && step < debug_nan_first_ + debug_nan_count_;
-  const double inv_tokens = poisoned         ? std::numeric_limits<double>::quiet_NaN()  // debug_nan_at_step (tests)
+  const bool poisoned = nan_fault_hook() && nan_fault_hook()(step);
+  const double inv_tokens = poisoned         ? std::numeric_limits<double>::quiet_NaN()  // set_nan_fault_hook (tests)
                             : sums.tokens > 0 ? 1.0 / double(sums.tokens)
                                              : 0.0;
 

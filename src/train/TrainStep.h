@@ -12,6 +12,7 @@
 // With several processes, each takes its own slice [rank*local, (rank+1)*local) of the same global batch, the
 // valid-token count is summed before the loop, and the shadow tree is summed once, after the last microbatch.
 #include <limits>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -86,6 +87,10 @@ struct StepStats : PhaseSeconds, FoldNumerics {
 
 class TrainStep {
  public:
+  // Test seam: while set, a step (0-based) for which the hook returns true gets a NaN loss, as a diverging model
+  // would; it exercises the non-finite guard (tests/test_checkpoint.cpp; the trainer binary reads it from
+  // SHADOWGRAD_TEST_NAN_STEPS). Not a config key: users never need it.
+  static void set_nan_fault_hook(std::function<bool(int64_t step)> hook);
   TrainStep(const config::Config& cfg, model::Decoder model, const data::DataSource& source, c10::Device device,
             std::shared_ptr<distributed::DataParallel> dp = nullptr);
   ~TrainStep();
@@ -121,7 +126,6 @@ class TrainStep {
   int64_t loss_chunk_tokens_;
   bool fused_kernels_;
   LrSchedule schedule_;
-  int64_t debug_nan_first_, debug_nan_count_;  // 0-based first poisoned step (testing only); -1 off
   int64_t fidelity_period_;                     // grad_fidelity_period
   bool warned_underflow_ = false;
   bool warned_noise_ = false;
