@@ -109,6 +109,10 @@ train() {
     { echo "[$name] FAILED; see $out/$name.log" >&2 && return 1; }
   echo "[$name] done"
 }
+# busy NAME: a trainer holds NAME's run lock now (another study process on the same DIR is training it).
+busy() {
+  [[ -f $out/$1/trainer.lock ]] && ! flock -n "$out/$1/trainer.lock" true
+}
 failed=0 running=0
 for run in "${runs[@]}"; do
   read -ra words <<<"$run"
@@ -121,8 +125,23 @@ for run in "${runs[@]}"; do
     wait -n || failed=1
     running=$((running - 1))
   fi
+  # One study process per run (flock on DIR/.NAME.lock, held by the background job and its trainer): a second
+  # process started on the same DIR skips what the first is training, so the two share the work.
+  exec {lock}>"$out/.$name.lock"
+  if ! flock -n "$lock" || busy "$name"; then
+    echo "[$name] being trained by another process: skipped"
+    exec {lock}>&-
+    continue
+  fi
+  [[ -f $out/$name/summary.json ]] && { exec {lock}>&- && echo "[$name] finished meanwhile: skipped" && continue; }
+  # A run directory without a checkpoint cannot be resumed, and the trainer refuses to overwrite it.
+  if [[ -d $out/$name ]] && ! compgen -G "$out/$name/checkpoints/step-*" >/dev/null; then
+    echo "[$name] removing an incomplete run without a checkpoint"
+    rm -rf "${out:?}/$name"
+  fi
   echo "[$name] training: ${words[*]:1} ${common[*]}"
   train "${words[@]}" &
+  exec {lock}>&-
   running=$((running + 1))
 done
 while ((running > 0)); do

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Intent: end-to-end test of scripts/grad_dtype_study.sh (and so of scripts/corpus_study.sh --seeds) on a tiny model
 # and a tiny corpus: two seeds of the fp32, bf16 and bf16sr arms must train with both seeds varied together, give
-# a paired table with one row per arm, skip every finished run when re-run, and a run trained again must repeat its
-# losses bit for bit (same machine, same thread count).
+# a paired table with one row per arm, skip every finished run when re-run and a run another process is training,
+# and a run trained again must repeat its losses bit for bit (same machine, same thread count).
 # Cost: a 200-document text tokenized with a 32-piece SentencePiece model, then seven 3-step trainer runs of a
 # 2-layer, 32-wide model: about 10 s of CPU on 2 cores.
 #
@@ -61,6 +61,11 @@ grep -q '^CPU time: [0-9]* s .* over 6 runs$' "$tmp/study/cpu.txt" || fail "cpu.
 echo "== re-run: every run skipped; then one run deleted and trained again: the same losses, bit for bit"
 cp -r "$k/bf16sr-seed1" "$tmp/before"
 rm -rf "$k/bf16sr-seed1"
+# While another process holds the run's study lock, a second study leaves that run alone.
+flock "$k/.bf16sr-seed1.lock" bash -c "$(declare -f study); repo=$repo tmp=$tmp; study" >"$tmp/locked.log" 2>&1 || true
+grep -q '^\[bf16sr-seed1\] being trained by another process: skipped$' "$tmp/locked.log" ||
+  fail "a locked run was not skipped: $(cat "$tmp/locked.log")"
+[[ ! -e $k/bf16sr-seed1 ]] || fail "the locked run was trained"
 study >"$tmp/second.log" 2>&1 || fail "the re-run exited $? ($(tail -5 "$tmp/second.log"))"
 [[ $(grep -c 'finished earlier: skipped' "$tmp/second.log") == 5 ]] || fail "expected 5 skipped runs: $(cat "$tmp/second.log")"
 [[ $(grep -c '\] training:' "$tmp/second.log") == 1 ]] || fail "expected exactly one run trained again"
