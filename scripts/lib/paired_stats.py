@@ -198,16 +198,19 @@ def markdown(rows, baseline, last):
     out = ["| K | arm − %s | seeds | %s final eval_loss | Δ final eval_loss: mean (sd) | 95 %% interval | "
            "Δ mean of last %d evals: mean (sd) | 95 %% interval | grad_rel_error |" % (baseline, baseline, last),
            "|---:|---|---:|---:|---:|---|---:|---|---:|"]
+    def interval(st):
+        if math.isnan(st["half"]):
+            return "– (one pair)"
+        return "[%+.2g, %+.2g]: %s" % (st["lo"], st["hi"], verdict(st))
+
     for r in rows:
         f, l = r["final"], r["last"]
         rel = "%.3g" % r["rel"] if r["rel"] is not None else "–"
         if r["under"] is not None:
             rel += " (fp16 underflow %.3g %%)" % (100 * r["under"])
-        out.append("| %d | %s | %d | %.4f (sd %.2g) | %+.2g (%.2g) | [%+.2g, %+.2g]: %s | %+.2g (%.2g) | "
-                   "[%+.2g, %+.2g]: %s | %s |" % (
-                       r["k"], r["arm"], f["n"], mean(r["base_final"]), sample_sd(r["base_final"]),
-                       f["mean"], f["sd"], f["lo"], f["hi"], verdict(f),
-                       l["mean"], l["sd"], l["lo"], l["hi"], verdict(l), rel))
+        out.append("| %d | %s | %d | %.4f (sd %.2g) | %+.2g (%.2g) | %s | %+.2g (%.2g) | %s | %s |" % (
+            r["k"], r["arm"], f["n"], mean(r["base_final"]), sample_sd(r["base_final"]), f["mean"], f["sd"],
+            interval(f), l["mean"], l["sd"], interval(l), rel))
     return "\n".join(out) + "\n"
 
 
@@ -248,8 +251,10 @@ def plot(rows, baseline, png):
                     f.write("\n\n%g %.8g %.8g\n" % (mean_x + off, r["final"]["mean"], half))
                 cmds.append("'%s' index 0 using 1:2 with points pt 7 ps 1.2 lc %d title '%s'" % (dat, i + 1, r["arm"]))
                 cmds.append("'%s' index 1 using 1:2:3 with yerrorbars pt 5 ps 1.2 lc %d notitle" % (dat, i + 1))
+            seeds = sorted({s for _, r in at_k for s in r["seeds"]})
+            tics = ", ".join(["'%d' %d" % (s, s) for s in seeds] + ["'mean' %g" % mean_x])
             script += ["set title 'K = %d'" % k, "set xrange [-0.7:%g]" % (mean_x + 0.7),
-                       "set xtics 1", "set xtics add ('mean' %g)" % mean_x, "plot " + ", ".join(cmds)]
+                       "set xtics (%s)" % tics, "plot " + ", ".join(cmds)]
         script.append("unset multiplot")
         subprocess.run([gnuplot], input="\n".join(script) + "\n", text=True, check=True)
     print("wrote %s" % png)
