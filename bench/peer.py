@@ -9,9 +9,15 @@ Prints one JSON line per optimizer step: {"step", "seconds", "tokens", "loss"}.
   /usr/bin/python3 bench/peer.py --dtype bfloat16 --pdbs 1 --ga 4 --steps 8 --threads 2
 With --shadowgrad bfloat16 (or float32), the same loop accumulates through shadowgrad.ShadowAccumulator instead
 of .grad (needs the module built: scripts/build.sh puts it in build/python); bench/python_pairs.py compares the two.
+--optimizer fused steps with shadowgrad.optim.AdamW instead of torch.optim.AdamW. --model resnet18 swaps the
+decoder for torchvision's ResNet-18 (no weights, num_classes=10) on random --image-size images, --pdbs images per
+microbatch ("tokens" in the JSON are then images). --profile adds each phase's seconds to the JSON lines
+(bench/python_profile.py tabulates them).
 Cost: one step of the seed model takes a few seconds on 2 cores.
 """
 import argparse
+import collections
+import contextlib
 import json
 import math
 import os
@@ -116,6 +122,64 @@ class Decoder(nn.Module):
         return self.output(self.norm(x))
 
 
+class Phases:
+    """Wall seconds per phase of a step, for --profile; does nothing otherwise. The AccumulateGrad nodes get a
+    pre- and a post-hook, so "accumulate" is the time autograd spends storing each gradient into .grad (adding it
+    to the one there from earlier microbatches) plus, with shadowgrad, folding it into the shadow (shadowgrad's C++
+    hook was registered first, so it runs inside the window measured)."""
+
+    def __init__(self, enabled, params):
+        self.enabled = enabled
+        self.seconds = collections.defaultdict(float)
+        self._nodes, self._starts = [], {}
+        if not enabled:
+            return
+        for p in params:
+            node = p.expand_as(p).grad_fn.next_functions[0][0]
+            node.register_prehook(lambda grad_outputs, key=id(node): self._starts.__setitem__(key, time.perf_counter()))
+            node.register_hook(lambda grad_inputs, grad_outputs, key=id(node): self._add(
+                "accumulate", time.perf_counter() - self._starts.pop(key)))
+            self._nodes.append(node)  # the parameter holds its AccumulateGrad node only weakly
+
+    def _add(self, name, seconds):
+        self.seconds[name] += seconds
+
+    @contextlib.contextmanager
+    def __call__(self, name):
+        if not self.enabled:
+            yield
+            return
+        start = time.perf_counter()
+        yield
+        self._add(name, time.perf_counter() - start)
+
+    def take(self):
+        out = {k: round(v, 6) for k, v in self.seconds.items()}
+        self.seconds.clear()
+        return out
+
+
+def resnet18_batches(a, gen):
+    """Random images and labels: the step's cost does not depend on the pixels."""
+    while True:
+        yield (torch.randn(a.pdbs, 3, a.image_size, a.image_size, generator=gen),
+               torch.randint(0, 10, (a.pdbs,), generator=gen))
+
+
+def decoder_batches(a, gen):
+    while True:
+        seq = torch.randint(0, a.vocab, (a.pdbs, a.seq + 1), generator=gen)
+        yield seq[:, :-1], seq[:, 1:]
+
+
+def make_optimizer(a, model):
+    options = dict(lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    if a.optimizer == "fused":
+        import shadowgrad.optim
+        return shadowgrad.optim.AdamW(model.parameters(), **options)
+    return torch.optim.AdamW(model.parameters(), foreach=a.foreach, **options)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
@@ -138,47 +202,99 @@ def main():
                    "(autocast then promotes q, k to fp32)")
     p.add_argument("--foreach", action=argparse.BooleanOptionalAction, default=True,
                    help="AdamW(foreach=...): multi-tensor kernels (the default since 2026-11-30)")
+    p.add_argument("--model", choices=["decoder", "resnet18"], default="decoder",
+                   help="the seed-shaped decoder above, or torchvision's resnet18(num_classes=10) without weights")
+    p.add_argument("--image-size", dest="image_size", type=int, default=32, help="resnet18: images are N x N")
+    p.add_argument("--optimizer", choices=["torch", "fused"], default="torch",
+                   help="torch.optim.AdamW, or shadowgrad.optim.AdamW (the fused update; needs the module)")
+    p.add_argument("--profile", action="store_true", help="add each phase's wall seconds to the JSON lines")
     a = p.parse_args()
 
     # torch.get_num_threads() is 1 by default with this build; give the peer every core, as the trainer has.
     torch.set_num_threads(a.threads if a.threads > 0 else os.cpu_count())
     torch.manual_seed(0)
-    model = Decoder(a)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
-                            foreach=a.foreach)
+    if a.optimizer == "fused" or a.shadowgrad != "off":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "python"))
+    if a.model == "resnet18":
+        import torchvision
+        model = torchvision.models.resnet18(weights=None, num_classes=10)
+        batches, items = resnet18_batches, a.ga * a.pdbs
+    else:
+        model = Decoder(a)
+        batches, items = decoder_batches, a.ga * a.pdbs * a.seq
+    opt = make_optimizer(a, model)
     gen = torch.Generator().manual_seed(0)
+    data = batches(a, gen)
     bf16 = a.dtype == "bfloat16"
     acc = None
     if a.shadowgrad != "off":
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "python"))
         import shadowgrad
         acc = shadowgrad.ShadowAccumulator(model.parameters(), grad_dtype=getattr(torch, a.shadowgrad))
+    phase = Phases(a.profile, list(model.parameters()))
 
     for step in range(a.steps):
         start = time.perf_counter()
         loss_sum = 0.0
         if acc:
-            acc.begin()
+            with phase("begin_end"):
+                acc.begin()
         for _ in range(a.ga):
-            seq = torch.randint(0, a.vocab, (a.pdbs, a.seq + 1), generator=gen)
-            x, y = seq[:, :-1], seq[:, 1:]
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with phase("data"):
+                x, y = next(data)
+            with phase("forward"), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 logits = model(x)
                 loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))  # autocast: fp32
-            (loss / a.ga).backward()
+            with phase("backward"):
+                (loss / a.ga).backward()
             loss_sum += loss.item()
         if acc:
-            acc.end()
-            acc.clip_grad_norm_(1.0)
-            acc.step(opt)
+            with phase("begin_end"):
+                acc.end()
+            with phase("clip"):
+                acc.clip_grad_norm_(1.0)
+            with phase("step"):
+                acc.step(opt)
         else:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            with phase("clip"):
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with phase("step"):
+                opt.step()
+            with phase("zero_grad"):
+                opt.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - start
-        print(json.dumps({"step": step + 1, "seconds": seconds, "tokens": a.ga * a.pdbs * a.seq,
-                          "loss": loss_sum / a.ga}), flush=True)
+        line = {"step": step + 1, "seconds": seconds, "tokens": items, "loss": loss_sum / a.ga}
+        if a.profile:
+            line["phases"] = phase.take()
+            if acc:
+                line["phases"]["fold"] = acc.fold_seconds
+        print(json.dumps(line), flush=True)
+    if a.profile:
+        print(json.dumps({"apart": measured_apart(opt, acc)}), flush=True)
     return 0
+
+
+def measured_apart(opt, acc, repeats=3):
+    """Costs inside a step that the phases cannot split, each timed on its own after the run (median of
+    `repeats`): converting every shadow to its parameter's dtype one at a time (shadowgrad's per-parameter way
+    does this inside step()), and one optimizer.step() call when no parameter has a gradient (the Python
+    overhead of a call, paid once per parameter by the per-parameter way)."""
+    def median_seconds(fn):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2]
+
+    out = {"empty_step_call": median_seconds(opt.step),
+           "parameters": sum(len(g["params"]) for g in opt.param_groups)}
+    if acc:
+        def convert_all():
+            for p, shadow in zip(acc.params, acc.shadows):
+                shadow.to(p.dtype)  # dropped at once, as step() drops each converted gradient
+
+        out["convert_all"] = median_seconds(convert_all)
+    return out
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 include(GNUInstallDirs)
-# The GA engine (src/accumulate): ShadowAccumulator, its folding casts and clipping. It depends on LibTorch only,
-# never on the trainer, so it is the part others install: exported as shadowgrad::shadowgrad (cmake/Install.cmake)
-# and linked into the Python module (python/). Position-independent so a shared module can take it in.
-file(GLOB SHADOWGRAD_ENGINE_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/accumulate/*.cpp)
+# The GA engine (src/accumulate): ShadowAccumulator, its folding casts and clipping, and the fused AdamW update that
+# reads its shadows (src/optim: the trainer's FusedAdamW and Python's shadowgrad.optim.AdamW share it). It depends
+# on LibTorch only, never on the trainer, so it is the part others install: exported as shadowgrad::shadowgrad
+# (cmake/Install.cmake) and linked into the Python module (python/). Position-independent so a shared module can
+# take it in.
+file(GLOB SHADOWGRAD_ENGINE_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/accumulate/*.cpp
+     ${CMAKE_SOURCE_DIR}/src/optim/*.cpp)
 add_library(shadowgrad_engine STATIC ${SHADOWGRAD_ENGINE_SOURCES})
 add_library(shadowgrad::shadowgrad ALIAS shadowgrad_engine)
 set_target_properties(shadowgrad_engine PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME shadowgrad

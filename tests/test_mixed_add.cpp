@@ -10,6 +10,23 @@
 #include "accumulate/MixedAdd.h"
 
 using shadowgrad::accumulate::mixed_add_;
+using shadowgrad::accumulate::mixed_copy_;
+
+TEST_CASE("mixed_copy_ of fp32 into bf16 equals copy_ bit for bit, specials included", "[accumulate][mixed_add]") {
+  // NaN is the exception: 1.13's vectorised copy_ writes 0xFFFF, c10::BFloat16 (and mixed_add_) 0x7FC0.
+  at::manual_seed(5);
+  at::Tensor src = at::randn({(int64_t{1} << 17) + 9}).mul_(10);
+  const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), NAN,
+                            -NAN, 3.4e38f, -3.4e38f, 1e-40f, -0.0f, 1.00390625f, 1.01171875f};
+  for (size_t i = 0; i < sizeof specials / sizeof *specials; ++i) src[int64_t(i)].fill_(specials[i]);
+  at::Tensor want = at::empty_like(src, src.options().dtype(at::kBFloat16)).copy_(src);
+  at::Tensor got = at::empty_like(want);
+  mixed_copy_(got, src);
+  const at::Tensor nan = want.isnan();
+  CHECK(at::equal(got.isnan(), nan));
+  CHECK(at::equal(got.view(at::kShort).masked_fill(nan, 0), want.view(at::kShort).masked_fill(nan, 0)));  // -0 too
+  CHECK(got[2].view(at::kShort).item<int16_t>() == int16_t(0x7FC0));
+}
 
 TEST_CASE("mixed_add_ equals add_ bit for bit across slice boundaries", "[accumulate][mixed_add]") {
   at::manual_seed(3);

@@ -2,7 +2,8 @@
 // user-facing class, its checks and docstrings live in shadowgrad/__init__.py. What only C++ can do is here:
 // folding into the shadow tree on the AccumulateGrad post-hooks (PyTorch 1.13 has no post-accumulate-grad hook in
 // Python), and lending a grad_dtype shadow as .grad of a parameter in another dtype (Python's .grad setter
-// refuses a dtype different from the parameter's).
+// refuses a dtype different from the parameter's); and the fused AdamW update (src/optim/AdamWUpdate.h) that
+// shadowgrad.optim.AdamW runs over a param group in one call.
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "accumulate/ShadowAccumulator.h"
+#include "optim/AdamWUpdate.h"
 
 namespace py = pybind11;
 using shadowgrad::accumulate::ShadowAccumulator;
@@ -49,6 +51,32 @@ void reclaim(ShadowAccumulator& acc) {
   acc.zero_();
 }
 
+// One AdamW step of a param group: for each parameter the fused loop can take, steps[i] += 1 and one pass over
+// params[i], grads[i] (fp32, or a bf16 shadow as it is), exp_avgs[i], exp_avg_sqs[i]. Returns the positions of the
+// others (another dtype, not contiguous, not on the CPU...), untouched, for the caller's stock step.
+std::vector<size_t> adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                               const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                               const std::vector<at::Tensor>& steps, double lr, double beta1, double beta2,
+                               double eps, double weight_decay) {
+  const size_t n = params.size();
+  if (grads.size() != n || exp_avgs.size() != n || exp_avg_sqs.size() != n || steps.size() != n)
+    throw std::invalid_argument("adamw_step: params, grads, exp_avgs, exp_avg_sqs and steps differ in length");
+  at::NoGradGuard no_grad;
+  std::vector<size_t> left;
+  for (size_t i = 0; i < n; ++i) {
+    if (!shadowgrad::optim::adamw_fusable(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i])) {
+      left.push_back(i);
+      continue;
+    }
+    at::Tensor step = steps[i];
+    step.add_(1);  // torch.optim.AdamW's state["step"]: a float tensor
+    const auto c = shadowgrad::optim::AdamWStep::make(lr, beta1, beta2, eps, weight_decay,
+                                                      static_cast<int64_t>(step.item<double>()));
+    shadowgrad::optim::adamw_update_(params[i], grads[i], exp_avgs[i], exp_avg_sqs[i], c);
+  }
+  return left;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -75,4 +103,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("microbatch_sq_norms", &ShadowAccumulator::microbatch_sq_norms)
       .def("squared_norm", &ShadowAccumulator::squared_norm)
       .def("set_measure_sq_norms", &ShadowAccumulator::set_measure_sq_norms, py::arg("on"));
+  m.def("adamw_step", &adamw_step, py::arg("params"), py::arg("grads"), py::arg("exp_avgs"), py::arg("exp_avg_sqs"),
+        py::arg("steps"), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"),
+        py::call_guard<py::gil_scoped_release>());
 }

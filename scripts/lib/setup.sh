@@ -4,7 +4,8 @@
 SHADOWGRAD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SHADOWGRAD_PACKAGES=(libtorch-dev libgloo-dev libopenblas0-pthread libcli11-dev libspdlog-dev libfmt-dev catch2
                      libyaml-cpp-dev zlib1g-dev cmake g++ make gnuplot-nox clang-14 libclang-rt-14-dev
-                     python3-dev pybind11-dev python3-torch libsentencepiece-dev sentencepiece)
+                     python3-dev pybind11-dev python3-torch python3-torchvision libsentencepiece-dev
+                     sentencepiece)
 
 # apt-get only when something is missing, and quietly.
 install_missing_packages() {

@@ -74,6 +74,13 @@ void add_float_into(at::BFloat16* d, const float* s, int64_t n, double* sq_norm)
   });
 }
 
+// The first fold of a window into a bf16 shadow (ShadowState::stale): d = bf16(s), as copy_ rounds.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void copy_float_into_bf16_bits(uint16_t* d,
+                                                                                            const float* s,
+                                                                                            int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = bf16_round_nearest(s[i]);
+}
+
 // The fold of the default setup (bf16 compute, fp32 shadow): d[i] += float(s[i]). Widening bf16 is exact, so this
 // is add_'s result bit for bit, without add_'s fp32 copy of the gradient (a third more memory traffic).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void add_bf16_bits_into_float(float* d,
@@ -87,7 +94,25 @@ void add_bf16_into_float(float* d, const at::BFloat16* s, int64_t n, double* sq_
   blocked(n, bits, sq_norm, [&](int64_t begin, int64_t len) { add_bf16_bits_into_float(d + begin, bits + begin, len); });
 }
 
+bool direct_float_to_bf16(const at::Tensor& dst, const at::Tensor& src) {
+  return dst.scalar_type() == at::kBFloat16 && src.scalar_type() == at::kFloat && dst.device().is_cpu() &&
+         src.device().is_cpu() && dst.is_contiguous() && src.is_contiguous() && src.sizes() == dst.sizes() &&
+         !src.is_neg() && !src.is_conj();
+}
+
 } // namespace
+
+void mixed_copy_(at::Tensor& dst, const at::Tensor& src) {
+  if (!direct_float_to_bf16(dst, src)) {
+    dst.copy_(src);
+    return;
+  }
+  auto* d = reinterpret_cast<uint16_t*>(dst.data_ptr<at::BFloat16>());
+  const float* s = src.data_ptr<float>();
+  at::parallel_for(0, dst.numel(), kNormBlock, [&](int64_t begin, int64_t end) {
+    copy_float_into_bf16_bits(d + begin, s + begin, end - begin);
+  });
+}
 
 void mixed_add_(at::Tensor& dst, const at::Tensor& src, double* src_sq_norm) {
   const int64_t n = dst.numel();

@@ -17,5 +17,9 @@ namespace shadowgrad::accumulate {
 // `src_sq_norm`, when set, receives sum(src * src) as squared_norm(src) computes it (SquaredNorm.h), fused into the
 // add on the two direct loops (bf16 gradient into fp32, fp32 gradient into bf16).
 void mixed_add_(at::Tensor& dst, const at::Tensor& src, double* src_sq_norm = nullptr);
+// dst = src rounded into dst's dtype, bit for bit dst.copy_(src) except for a NaN's pattern (0x7FC0, c10::BFloat16's
+// and bf16_round_nearest's; 1.13's vectorised copy_ writes 0xFFFF). An fp32 src into a contiguous bf16 dst goes
+// through a loop of our own (the first fold of a window into a bf16 shadow), anything else through copy_.
+void mixed_copy_(at::Tensor& dst, const at::Tensor& src);
 
 } // namespace shadowgrad::accumulate

@@ -6,8 +6,9 @@
 //
 // torch::optim::AdamW::step runs about ten whole-tensor ops per parameter (decay, two moment updates, sqrt,
 // divide, add eps, addcdiv) and reads or writes ~21 floats per element; here each element is read once
-// (p, grad, exp_avg, exp_avg_sq) and written once (p, exp_avg, exp_avg_sq): 7 words. Same formula and order of
-// operations; results agree with AdamW to float rounding (the compiler may fuse multiply-adds differently).
+// (p, grad, exp_avg, exp_avg_sq) and written once (p, exp_avg, exp_avg_sq): 7 words. The loop is the engine's
+// (optim/AdamWUpdate.h, shared with Python's shadowgrad.optim.AdamW); this class keeps torch::optim's state and
+// save()/load(). Results agree with AdamW to float rounding (the compiler may fuse multiply-adds differently).
 // fp32 contiguous CPU parameters with an fp32 or bf16 .grad take the fused path; anything else (amsgrad,
 // other dtypes, CUDA) falls back to the stock AdamW step.
 //
