@@ -50,11 +50,13 @@ def main():
     p.add_argument("--pdbs", type=int, default=1)
     p.add_argument("--ga", type=int, default=4)
     p.add_argument("--threads", type=int, default=0, help="intra-op threads; 0 = all cores")
+    p.add_argument("--module-path", dest="module_path", default=os.path.join(ROOT, "build", "python"),
+                   help="the folder holding the shadowgrad package to measure")
     a = p.parse_args()
     a.threads = a.threads or os.cpu_count()
     loops = a.loops.split(",")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(ROOT, "build", "python"), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [a.module_path, env.get("PYTHONPATH")]))
 
     steps = {name: [] for name in loops}
     apart = {name: [] for name in loops}
