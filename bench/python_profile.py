@@ -38,6 +38,30 @@ PHASES = [
 INSIDE_BACKWARD = {"accumulate", "fold"}
 
 
+def print_phase_table(labels, steps, apart):
+    """Markdown: the median seconds per step of each phase (rows) for each loop (columns). steps[i]: the JSON lines
+    of loop i's measured steps (peer.py --profile); apart[i]: its "apart" records."""
+    def med(values):
+        return statistics.median(values) if values else 0.0
+
+    print("| phase | " + " | ".join(labels) + " |")
+    print("|---|" + "---:|" * len(labels))
+    for key, label in PHASES:
+        cells = [med([s["phases"].get(key, 0.0) for s in rows]) for rows in steps]
+        if any(cells):
+            print(f"| {label} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+    top = [k for k, _ in PHASES if k not in INSIDE_BACKWARD]
+    rest = [med([s["seconds"] - sum(s["phases"].get(k, 0.0) for k in top) for s in rows]) for rows in steps]
+    print("| rest (loop glue, `loss.item()`, timers) | " + " | ".join(f"{c:.3f}" for c in rest) + " |")
+    print("| **whole step** | " + " | ".join(f"**{med([s['seconds'] for s in rows]):.3f}**" for rows in steps) + " |")
+    print("| measured apart: one `opt.step()` call with no gradients (Python overhead per call) | " +
+          " | ".join(f"{med([x['empty_step_call'] for x in a]) * 1e3:.2f} ms" for a in apart) + " |")
+    print("| measured apart: every shadow converted to fp32, one at a time | " +
+          " | ".join(f"{med([x['convert_all'] for x in a]):.3f}" if a and "convert_all" in a[0] else ""
+                     for a in apart) + " |")
+    print(f"\nParameters: {apart[0][0]['parameters'] if apart and apart[0] else '?'}.")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=2)
@@ -73,32 +97,13 @@ def main():
             print(f"round {r + 1} {name}: {[round(s['seconds'], 2) for s in steps[name][-(a.steps - a.warmup):]]}",
                   file=sys.stderr, flush=True)
 
-    def med(values):
-        return statistics.median(values) if values else 0.0
-
     what = (f"seed decoder (emb {SEED['emb']}, {SEED['layers']} layers, vocab {SEED['vocab']}, seq {SEED['seq']})"
             if a.model == "decoder" else f"torchvision resnet18(num_classes=10), {a.image_size}x{a.image_size} images")
     print(f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC, {cpu_name()}, {a.threads} threads, load average "
           f"{min(loads):.1f}-{max(loads):.1f} (1 min, at each run's start). {what}, {a.dtype} compute, "
           f"pdbs={a.pdbs}, K={a.ga}. Median seconds per optimizer step over {a.rounds} round(s) x "
           f"{a.steps - a.warmup} steps.\n")
-    print("| phase | " + " | ".join(LOOPS[n][0] for n in loops) + " |")
-    print("|---|" + "---:|" * len(loops))
-    for key, label in PHASES:
-        cells = [med([s["phases"].get(key, 0.0) for s in steps[n]]) for n in loops]
-        if any(cells):
-            print(f"| {label} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
-    top = [k for k, _ in PHASES if k not in INSIDE_BACKWARD]
-    other = [med([s["seconds"] - sum(s["phases"].get(k, 0.0) for k in top) for s in steps[n]]) for n in loops]
-    print("| rest (loop glue, `loss.item()`, timers) | " + " | ".join(f"{c:.3f}" for c in other) + " |")
-    print("| **whole step** | " + " | ".join(f"**{med([s['seconds'] for s in steps[n]]):.3f}**" for n in loops)
-          + " |")
-    print("| measured apart: one `opt.step()` call with no gradients (Python overhead per call) | " +
-          " | ".join(f"{med([x['empty_step_call'] for x in apart[n]]) * 1e3:.2f} ms" for n in loops) + " |")
-    print("| measured apart: every shadow converted to fp32, one at a time | " +
-          " | ".join(f"{med([x['convert_all'] for x in apart[n]]):.3f}" if apart[n] and "convert_all" in apart[n][0]
-                     else "" for n in loops) + " |")
-    print(f"\nParameters: {apart[loops[0]][0]['parameters'] if apart[loops[0]] else '?'}.")
+    print_phase_table([LOOPS[n][0] for n in loops], [steps[n] for n in loops], [apart[n] for n in loops])
     return 0
 
 

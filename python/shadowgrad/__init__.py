@@ -8,7 +8,7 @@ produces it (a C++ post-hook on the parameter's AccumulateGrad node; PyTorch 1.1
     import torch, shadowgrad
 
     acc = shadowgrad.ShadowAccumulator(model.parameters(), grad_dtype=torch.bfloat16)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    optimizer = shadowgrad.optim.AdamW(model.parameters(), lr=3e-4)   # or any torch.optim optimizer
     for batch in loader:
         with acc.accumulate():                      # begin() ... end()
             for x, y in microbatches(batch, K):
@@ -155,10 +155,12 @@ class ShadowAccumulator:
 
         - torch.optim's own per-parameter optimizers (exactly SGD, Adam, AdamW, Adamax, Adadelta, Adagrad, ASGD,
           NAdam, RAdam, RMSprop, Rprop; not subclasses, not LBFGS) are stepped one parameter at a time, each with
-          its shadow converted to the parameter's dtype: at most one converted gradient exists at a time, and the
-          optimizer's math runs in one dtype (PyTorch's mixed-dtype CPU kernels are much slower). The update is
-          the one a single ``step()`` with those gradients makes, bit for bit.
-        - any other optimizer gets the shadows themselves, lent as ``.grad`` from C++ (Python refuses a ``.grad``
+          its shadow converted to the parameter's dtype, into one buffer reused for every parameter: at most one
+          converted gradient exists at a time, and the optimizer's math runs in one dtype (PyTorch's mixed-dtype
+          CPU kernels are much slower). The update is the one a single ``step()`` with those gradients makes, bit
+          for bit.
+        - ``shadowgrad.optim.AdamW`` (the fastest way: its fused update reads a bf16 shadow with no converted copy)
+          and any other optimizer get the shadows themselves, lent as ``.grad`` from C++ (Python refuses a ``.grad``
           of another dtype), in one ``step()``: no copy at all. State an optimizer creates *from the gradient*
           (SGD's momentum buffer starts as ``clone(grad)``) would then stay in ``grad_dtype``; after the step such a
           tensor is converted to the parameter's dtype, exactly (bf16 -> fp32 is lossless).
