@@ -46,7 +46,7 @@ TEST_CASE("clipping a bf16 shadow tree lands on max_norm", "[accumulate][scale]"
   double sum = 0;
   for (const auto& s : acc.shadows()) sum += s.to(at::kDouble).pow(2).sum().item<double>();
   const double before = acc.global_norm();
-  CHECK(before == Approx(std::sqrt(sum)).epsilon(1e-6));
+  CHECK(before == Approx(std::sqrt(sum)).epsilon(1e-5));  // fp32 sums per block: 3.4e-6 off here
   CHECK(acc.clip_global_norm_(0.37) == before);
   CHECK(acc.global_norm() == Approx(0.37).epsilon(1e-3));
 }
