@@ -10,19 +10,9 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-pairs=3 steps=4 out="" overrides=()
-while (($#)); do
-  case $1 in
-  --pairs) pairs=$2 && shift ;;
-  --steps) steps=$2 && shift ;;
-  --out) out=$2 && shift ;;
-  *) other_argument "${BASH_SOURCE[0]}" "$1" ;;
-  esac
-  shift
-done
+pairs=3 steps=4
+pair_args "${BASH_SOURCE[0]}" "$@"
 trainer=$(study_trainer)
-out=${out:-$(mktemp -d -t fold_bench.XXXXXX)}
-mkdir -p "$out"
 seed=(per_device_batch_size=1
       gradient_accumulation_steps=4 grad_dtype=bfloat16 enable_checkpointing=false log_period=1000 steps=$steps)
 

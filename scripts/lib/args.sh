@@ -27,3 +27,23 @@ help_with_python() {
   sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$1"
   exec /usr/bin/python3 "$2" --help
 }
+
+# pair_args SCRIPT ARG...: the options of the alternating-pairs benchmarks (fold_bench.sh, gns_bench.sh): --pairs N,
+# --steps N, --out DIR, key=value overrides and --help. Sets pairs, steps, out (a fresh temporary directory when not
+# given; created) and overrides; the caller sets the defaults of pairs and steps first.
+pair_args() {
+  local script=$1
+  shift
+  out="" overrides=()
+  while (($#)); do
+    case $1 in
+    --pairs) pairs=$2 && shift ;;
+    --steps) steps=$2 && shift ;;
+    --out) out=$2 && shift ;;
+    *) other_argument "$script" "$1" ;;
+    esac
+    shift
+  done
+  out=${out:-$(mktemp -d -t "$(basename "$script" .sh).XXXXXX")}
+  mkdir -p "$out"
+}
