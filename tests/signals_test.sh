@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Intent: Ctrl-C under a launcher, as a terminal sends it: SIGINT to the whole process group of
-#   - `scripts/launch.sh --nproc 2 ...` (MODE=launch): each trainer gets the terminal's SIGINT and launch.sh's SIGTERM
-#     within milliseconds, one stop request (src/train/Signals.h);
+#   - `scripts/launch.sh --nproc 2 ...` (MODE=launch): launch.sh passes one SIGINT to torchrun (in a session of its
+#     own), which passes it to each trainer;
 #   - `torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 --no_python TRAINER ...` (MODE=torchrun; with
 #     --standalone's c10d rendezvous on a free port instead of its fixed 29400): the workers run in their own
 #     session, so only the agent's SIGTERM reaches them.

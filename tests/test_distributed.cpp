@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <torch/optim/optimizer.h>
 #include <unistd.h>
 
@@ -330,6 +331,8 @@ TEST_CASE("a rank that stops answering makes the others fail within collective_t
       /*timeout_s=*/1.0);
   INFO("rank 0: " << errors[0] << " after " << seconds << " s");
   CHECK_THAT(errors[0], Catch::Contains("all_reduce failed") && Catch::Contains("collective_timeout_s=1"));
+  // The error names the silent peer (ranks are threads here: the same pid and host).
+  CHECK_THAT(errors[0], Catch::Contains(fmt::format("[the others: rank 1: pid {} on host ", ::getpid())));
   CHECK(seconds >= 0.9);
   CHECK(seconds < 10);
   CHECK(errors[1].empty());

@@ -1,6 +1,9 @@
 #include "distributed/Communicator.h"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -71,9 +74,32 @@ struct Communicator::Impl {
   }
   [[noreturn]] void fail(const char* what, const std::string& cause) const {
     throw CollectiveError(fmt::format("rank {} of {}: {} failed: another process exited, crashed or did not answer "
-                                      "within collective_timeout_s={} ({})",
-                                      rank, world, what, timeout_s, first_line(cause)));
+                                      "within collective_timeout_s={} ({}){}",
+                                      rank, world, what, timeout_s, first_line(cause),
+                                      peers.empty() ? "" : " [the others: " + peers + "]"));
   }
+
+  // Every rank posts its pid and host name, so that an error names the other processes: on several machines, which
+  // one went away (Gloo's own timeout message names none).
+  void introduce() {
+    char host[256] = "?";
+    ::gethostname(host, sizeof host - 1);
+    const std::string me = fmt::format("pid {} on host {}", ::getpid(), host);
+    store->set(fmt::format("shadowgrad/peer/{}", rank), std::vector<uint8_t>(me.begin(), me.end()));
+    std::vector<std::string> others;
+    for (int r = 0; r < world; ++r) {
+      if (r == rank) continue;
+      if (others.size() == kPeersNamed) {
+        others.push_back(fmt::format("and {} more", world - 1 - kPeersNamed));
+        break;
+      }
+      const auto them = store->get(fmt::format("shadowgrad/peer/{}", r));
+      others.push_back(fmt::format("rank {}: {}", r, std::string(them.begin(), them.end())));
+    }
+    peers = fmt::format("{}", fmt::join(others, "; "));
+  }
+  static constexpr size_t kPeersNamed = 4;
+  std::string peers;  // the others, as introduce() found them
 };
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -95,6 +121,7 @@ std::shared_ptr<Communicator> Communicator::connect(const ProcessEnvironment& en
     opts.timeout = to_ms(timeout_s);
     impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
     impl->group = make_group(impl->store, env.rank, env.world_size, timeout_s, device, env.master_addr);
+    impl->introduce();
   } catch (const c10::Error& e) {
     impl->fail("rendezvous at MASTER_ADDR:MASTER_PORT", fmt::format("{}:{}: {}", env.master_addr, env.master_port,
                                                                     e.what_without_backtrace()));
@@ -115,6 +142,7 @@ std::shared_ptr<Communicator> Communicator::connect_file(const std::string& path
     impl->store = c10::make_intrusive<c10d::FileStore>(path, world_size);
     impl->store->setTimeout(to_ms(timeout_s));
     impl->group = make_group(impl->store, rank, world_size, timeout_s, c10::Device(c10::kCPU), "");
+    impl->introduce();
   } catch (const c10::Error& e) {
     impl->fail("rendezvous through a FileStore", e.what_without_backtrace());
   }

@@ -2,7 +2,7 @@
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" NAME "$@"
 # with the test's own arguments TRAINER COMPARE_RUNS. Sets repo, TRAINER (exported, for scripts/launch.sh),
 # compare, launch, tmp (scratch, kept on failure), runs, started (pids that cleanup kills at exit), tiny (the
-# 2-layer, 32-wide model every run trains), and defines fail MESSAGE.
+# 2-layer, 32-wide model every run trains), and defines fail MESSAGE and trainer_pid ROOT [RANK].
 test_name=$1
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export TRAINER=${2:-$repo/build/trainer}
@@ -24,3 +24,20 @@ fail() {
 }
 
 tiny=(tiny.yml log_period=1 dtype=float32 synthetic_min_length_fraction=0.2 base_output_directory=$runs)
+
+# trainer_pid ROOT [RANK]: the pid of the trainer (with RANK=rank, if given) among ROOT's descendants (a launcher's
+# workers, whose pids no launcher prints), waiting up to 30 s; empty if none.
+trainer_pid() {
+  local p tries trainer_exe
+  trainer_exe=$(readlink -f "$TRAINER")
+  descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+  for ((tries = 0; tries < 300; tries++)); do
+    for p in $(descendants "$1"); do
+      [[ $(readlink "/proc/$p/exe" 2>/dev/null) == "$trainer_exe" ]] || continue
+      [[ -z ${2:-} ]] || tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" || continue
+      echo "$p"
+      return
+    done
+    sleep 0.1
+  done
+}
