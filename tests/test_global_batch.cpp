@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <netinet/in.h>
@@ -172,4 +174,32 @@ TEST_CASE("global_batch_size: a checkpoint of 2 processes x K=2 resumes on 1 pro
   fs::remove_all(out);
   fs::remove(out + ".rank0.log");
   fs::remove(out + ".rank1.log");
+}
+
+TEST_CASE("global_batch_size: a run stopped before its first checkpoint restarts at another process count",
+          "[global-batch][cli]") {
+  // config.yml as 2 processes would have written it (K=2), in a directory with no checkpoint: a node was lost
+  // before the first checkpoint, and the launcher restarts the same command on 1 process (K=4).
+  const std::string out = tp::fresh_dir("gbs_restart");
+  const std::string args = "base.yml steps=2 global_batch_size=8 run_name=r base_output_directory=" + out + tp::kTiny;
+  const std::pair<const char*, const char*> rank0_of_2[] = {
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}};
+  for (const auto& [name, value] : rank0_of_2) ::setenv(name, value, 1);
+  auto printed = tp::run(args + " --print-config");  // as rank 0 of 2 resolves it; --print-config connects to nothing
+  for (const auto& [name, value] : rank0_of_2) ::unsetenv(name);
+  INFO(printed.output);
+  REQUIRE(printed.code == 0);
+  REQUIRE_THAT(printed.output, Catch::Contains("\ngradient_accumulation_steps: 2\n"));
+  fs::create_directories(out + "/r");
+  std::ofstream(out + "/r/config.yml") << printed.output;
+
+  auto other = tp::run(args + " learning_rate=0.5");  // another command is still refused
+  INFO(other.output);
+  CHECK(other.code == 2);
+  auto r = tp::run(args);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.output, Catch::Contains("was stopped before its first checkpoint") &&
+                           Catch::Contains("K=4 x 2 sequences x 16 tokens x 1 processes"));
+  fs::remove_all(out);
 }

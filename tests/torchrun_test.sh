@@ -8,7 +8,9 @@
 #   - elastic shrink: two agents with --nnodes 1:2 --max_restarts 3 and c10d rendezvous on one endpoint; kill -9 of
 #     the agent that does not host the rendezvous and of its worker (walking the process tree); the survivor's agent
 #     restarts it at WORLD_SIZE=1 with K doubled (from global_batch_size), it resumes from the latest checkpoint and
-#     finishes; every step once in metrics.jsonl, every loss within 1e-5 of an uninterrupted 1-process run.
+#     finishes; every step once in metrics.jsonl, every loss within 1e-5 of an uninterrupted 1-process run;
+#   - elastic grow: one agent starts alone, a second joins mid-run; torchrun restarts the group at WORLD_SIZE=2 with K
+#     halved; it resumes (the trainer checkpoints on the agent's SIGTERM), every step once, within 1e-5 of 1 process.
 # Cost: 4 torchrun agents (each imports torch: 1-5 s), about 12 trainer processes of the 2-layer, 32-wide model, and
 # torch's fixed 15 s before the rendezvous drops a dead node: 70-82 s on this machine's 2 cores shared with other
 # jobs (load average 16-22). ctest label "slow".
@@ -121,6 +123,32 @@ grep -q 'K=4 x 2 sequences x 16 tokens x 1 processes = global batch 8' "$tmp/age
 grep -q 'resumed from .*step-[1-9]' "$tmp/agent_a.log" || fail "the survivor did not resume from a checkpoint"
 every_step_once shrunk 100
 parity shrunk alone 1e-5 "2 nodes x K=2, shrunk to 1 x K=4 by torchrun, against 1 x K=4 straight"
+
+echo "== elastic grow: one agent starts alone (K=32), a second joins; the group restarts at WORLD_SIZE=2 with K=16"
+# K=32 makes a step long enough (about 0.1 s) that the second agent, which first imports torch, joins mid-run.
+grow=(steps=100 checkpoint_period=10 collective_timeout_s=5 global_batch_size=64)
+"$TRAINER" "${tiny[@]}" "${grow[@]}" run_name=alone64 >"$tmp/alone64.log" 2>&1 ||
+  { cat "$tmp/alone64.log"; fail "the uninterrupted 1-process run with global_batch_size=64 failed"; }
+port=$(free_port)
+grower() {  # grower NAME IS_HOST: one agent in the background; sets grow_NAME
+  "$torchrun" --nnodes 1:2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id grow --max_restarts 3 \
+    --rdzv_conf "is_host=$2,last_call_timeout=1" "${agent_flags[@]}" --no_python \
+    "$TRAINER" "${tiny[@]}" "${grow[@]}" run_name=grown >"$tmp/grow_$1.log" 2>&1 &
+  started+=($!)
+  eval "grow_$1=$!"
+}
+grower a 1
+wait_for_step grown 3
+grep -q 'K=32 x 2 sequences x 16 tokens x 1 processes' "$tmp/grow_a.log" || fail "the first agent did not start alone"
+grower b 0
+wait "$grow_a" || { cat "$tmp/grow_a.log"; fail "the first agent failed after the second joined"; }
+wait "$grow_b" || { cat "$tmp/grow_b.log"; fail "the second agent failed"; }
+grep -q 'K=16 x 2 sequences x 16 tokens x 2 processes = global batch 64' "$tmp/grow_a.log" "$tmp/grow_b.log" ||
+  { cat "$tmp/grow_a.log"; fail "the group did not grow to 2 processes with K=16"; }
+grep -q 'resumed from .*step-[1-9]' "$tmp/grow_a.log" "$tmp/grow_b.log" || fail "the grown group did not resume"
+echo "grew to 2 processes: $(grep -h -o 'resumed from [^ ]*' "$tmp/grow_a.log" "$tmp/grow_b.log" | head -1)"
+every_step_once grown 100
+parity grown alone64 1e-5 "1 x K=32 grown to 2 x K=16 by torchrun, against 1 x K=32 straight"
 
 echo "torchrun_test: PASS"
 rm -rf "$tmp"

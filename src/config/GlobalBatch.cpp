@@ -1,5 +1,6 @@
 #include "config/GlobalBatch.h"
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,17 @@ void derive_accumulation_steps(Config& cfg, int64_t world_size) {
                                   "(per_device_batch_size={} x WORLD_SIZE={}) makes it {}; give one of the two",
                                   cfg.gradient_accumulation_steps, gbs, pdbs, world_size, k));
   cfg.gradient_accumulation_steps = k;
+}
+
+std::string without_derived_k(const std::string& config_yaml) {
+  const bool derived = config_yaml.find("\nglobal_batch_size: ") != std::string::npos &&
+                       config_yaml.find("\nglobal_batch_size: 0\n") == std::string::npos;
+  if (!derived) return config_yaml;
+  std::istringstream in(config_yaml);
+  std::string out;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("gradient_accumulation_steps:", 0) != 0) out += line + "\n";
+  return out;
 }
 
 } // namespace shadowgrad::config

@@ -6,6 +6,7 @@
 //   derive_accumulation_steps(cfg, env.world_size);   // before anything is written; ConfigError when it cannot split
 //   cfg.gradient_accumulation_steps                   // global_batch_size / (per_device_batch_size x WORLD_SIZE)
 #include <cstdint>
+#include <string>
 
 #include "config/Config.h"
 
@@ -16,6 +17,10 @@ namespace shadowgrad::config {
 // per_device_batch_size values that would divide, when it does not divide; and naming both values when
 // gradient_accumulation_steps is in cfg.given_keys with another value. Calling it again is harmless.
 void derive_accumulation_steps(Config& cfg, int64_t world_size);
+
+// `config_yaml` (a config.yml text) without its gradient_accumulation_steps line when it sets global_batch_size: that
+// K was derived from the process count, not given, so the same command at another WORLD_SIZE compares equal.
+std::string without_derived_k(const std::string& config_yaml);
 
 // Sequences in one optimizer step over all processes: per_device_batch_size x gradient_accumulation_steps x world.
 inline int64_t global_batch(const Config& cfg, int64_t world_size) { return cfg.local_batch() * world_size; }

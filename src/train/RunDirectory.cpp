@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "config/Config.h"
+#include "config/GlobalBatch.h"
 #include "util/Errors.h"
 
 namespace shadowgrad::train {
@@ -69,7 +70,9 @@ RunDirectory RunDirectory::create(const config::Config& cfg, bool resuming, cons
     // exit) starts again from step 0 when this is the same command: nothing can be lost, there is no checkpoint.
     const bool unfinished = !fs::exists(dir / "summary.json", ec) && !holds_checkpoint(dir);
     const bool has_config = fs::exists(dir / "config.yml", ec);
-    if (unfinished && has_config && !config_yaml.empty() && read_text(dir / "config.yml") == config_yaml)
+    // The same command at another process count derives another K from global_batch_size: still the same command.
+    if (unfinished && has_config && !config_yaml.empty() &&
+        config::without_derived_k(read_text(dir / "config.yml")) == config::without_derived_k(config_yaml))
       return open(dir, name, true);
     std::string why = cfg.resume ? "and holds no checkpoint to resume from" : "(resume=false)";
     if (unfinished && has_config && !config_yaml.empty())
