@@ -11,9 +11,9 @@
 #     finishes; every step once in metrics.jsonl, every loss within 1e-5 of an uninterrupted 1-process run;
 #   - elastic grow: one agent starts alone, a second joins mid-run; torchrun restarts the group at WORLD_SIZE=2 with K
 #     halved; it resumes (the trainer checkpoints on the agent's SIGTERM), every step once, within 1e-5 of 1 process.
-# Cost: 4 torchrun agents (each imports torch: 1-5 s), about 12 trainer processes of the 2-layer, 32-wide model, and
-# torch's fixed 15 s before the rendezvous drops a dead node: 70-82 s on this machine's 2 cores shared with other
-# jobs (load average 16-22). ctest label "slow".
+# Cost: 6 torchrun agents (each imports torch: 1-5 s), about 16 trainer processes of the 2-layer, 32-wide model, and
+# torch's fixed 15 s before the rendezvous drops a dead node: 3 min on this machine's 2 cores shared with other jobs
+# (load average 17-20). ctest label "slow".
 #
 # Usage: tests/torchrun_test.sh TRAINER COMPARE_RUNS      (TORCHRUN overrides /usr/bin/torchrun)
 # Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed); 77 skipped (no torchrun).
@@ -49,6 +49,19 @@ wait_for_step() {
   done
   fail "$1 never reached step $2"
 }
+# elastic_agent VAR RDZV_ID IS_HOST RUN_NAME key=value...: one --nnodes 1:2 agent in the background, its pid in VAR
+# and its log in $tmp/VAR.log. is_host says which agent serves the rendezvous store (both match 127.0.0.1);
+# last_call_timeout: how long a round that has its minimum of nodes waits for more.
+elastic_agent() {
+  local var=$1 id=$2 host=$3 name=$4
+  shift 4
+  "$torchrun" --nnodes 1:2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "$id" --max_restarts 3 \
+    --rdzv_conf "is_host=$host,last_call_timeout=2" "${agent_flags[@]}" --no_python \
+    "$TRAINER" "${tiny[@]}" "$@" run_name="$name" >"$tmp/$var.log" 2>&1 &
+  started+=($!)
+  printf -v "$var" %s "$!"
+}
+
 echo "== torchrun, 2 processes on one node: bitwise the losses of 2 ranks started by hand; 1 process within 1e-5"
 "$TRAINER" "${tiny[@]}" "${gbs[@]}" steps=6 run_name=p1 >"$tmp/p1.log" 2>&1 || { cat "$tmp/p1.log"; fail "p1 failed"; }
 port=$(free_port)
@@ -93,17 +106,8 @@ shrink=(steps=100 checkpoint_period=10 collective_timeout_s=5 "${gbs[@]}")
 "$TRAINER" "${tiny[@]}" "${shrink[@]}" run_name=alone >"$tmp/alone.log" 2>&1 ||
   { cat "$tmp/alone.log"; fail "the uninterrupted 1-process run failed"; }
 port=$(free_port)
-# is_host says which agent serves the rendezvous store (both match 127.0.0.1); last_call_timeout: how long a round
-# that has its minimum of nodes waits for more.
-elastic() {  # elastic NAME IS_HOST: one agent in the background; sets agent_NAME
-  "$torchrun" --nnodes 1:2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id shrink --max_restarts 3 \
-    --rdzv_conf "is_host=$2,last_call_timeout=2" "${agent_flags[@]}" --no_python \
-    "$TRAINER" "${tiny[@]}" "${shrink[@]}" run_name=shrunk >"$tmp/agent_$1.log" 2>&1 &
-  started+=($!)
-  eval "agent_$1=$!"
-}
-elastic b 0  # the client first: it waits for the store; both join the first round
-elastic a 1
+elastic_agent agent_b shrink 0 shrunk "${shrink[@]}"  # the client first: it waits for the store; both join the first round
+elastic_agent agent_a shrink 1 shrunk "${shrink[@]}"
 worker_b=$(trainer_pid "$agent_b")
 [[ -n $worker_b ]] || fail "no worker under agent b"
 wait_for_step shrunk 12
@@ -130,17 +134,10 @@ grow=(steps=100 checkpoint_period=10 collective_timeout_s=5 global_batch_size=64
 "$TRAINER" "${tiny[@]}" "${grow[@]}" run_name=alone64 >"$tmp/alone64.log" 2>&1 ||
   { cat "$tmp/alone64.log"; fail "the uninterrupted 1-process run with global_batch_size=64 failed"; }
 port=$(free_port)
-grower() {  # grower NAME IS_HOST: one agent in the background; sets grow_NAME
-  "$torchrun" --nnodes 1:2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id grow --max_restarts 3 \
-    --rdzv_conf "is_host=$2,last_call_timeout=1" "${agent_flags[@]}" --no_python \
-    "$TRAINER" "${tiny[@]}" "${grow[@]}" run_name=grown >"$tmp/grow_$1.log" 2>&1 &
-  started+=($!)
-  eval "grow_$1=$!"
-}
-grower a 1
+elastic_agent grow_a grow 1 grown "${grow[@]}"
 wait_for_step grown 3
 grep -q 'K=32 x 2 sequences x 16 tokens x 1 processes' "$tmp/grow_a.log" || fail "the first agent did not start alone"
-grower b 0
+elastic_agent grow_b grow 0 grown "${grow[@]}"
 wait "$grow_a" || { cat "$tmp/grow_a.log"; fail "the first agent failed after the second joined"; }
 wait "$grow_b" || { cat "$tmp/grow_b.log"; fail "the second agent failed"; }
 grep -q 'K=16 x 2 sequences x 16 tokens x 2 processes = global batch 64' "$tmp/grow_a.log" "$tmp/grow_b.log" ||
