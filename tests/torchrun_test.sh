@@ -129,8 +129,9 @@ every_step_once shrunk 100
 parity shrunk alone 1e-5 "2 nodes x K=2, shrunk to 1 x K=4 by torchrun, against 1 x K=4 straight"
 
 echo "== elastic grow: one agent starts alone (K=32), a second joins; the group restarts at WORLD_SIZE=2 with K=16"
-# K=32 makes a step long enough (about 0.1 s) that the second agent, which first imports torch, joins mid-run.
-grow=(steps=100 checkpoint_period=10 collective_timeout_s=5 global_batch_size=64)
+# K=32 and 600 steps keep the lone agent training for several seconds even on a quiet machine (a step is about
+# 0.03 s there, 0.1 s or more under load), so the second agent, which first imports torch, joins mid-run.
+grow=(steps=600 checkpoint_period=20 collective_timeout_s=5 global_batch_size=64)
 "$TRAINER" "${tiny[@]}" "${grow[@]}" run_name=alone64 >"$tmp/alone64.log" 2>&1 ||
   { cat "$tmp/alone64.log"; fail "the uninterrupted 1-process run with global_batch_size=64 failed"; }
 port=$(free_port)
@@ -144,7 +145,7 @@ grep -q 'K=16 x 2 sequences x 16 tokens x 2 processes = global batch 64' "$tmp/g
   { cat "$tmp/grow_a.log"; fail "the group did not grow to 2 processes with K=16"; }
 grep -q 'resumed from .*step-[1-9]' "$tmp/grow_a.log" "$tmp/grow_b.log" || fail "the grown group did not resume"
 echo "grew to 2 processes: $(grep -h -o 'resumed from [^ ]*' "$tmp/grow_a.log" "$tmp/grow_b.log" | head -1)"
-every_step_once grown 100
+every_step_once grown 600
 parity grown alone64 1e-5 "1 x K=32 grown to 2 x K=16 by torchrun, against 1 x K=32 straight"
 
 echo "torchrun_test: PASS"
