@@ -12,15 +12,8 @@
 
 namespace {
 
-// Runs a shell command line and returns what it printed (stdout and stderr).
-std::string capture(const std::string& cmd) {
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  pclose(pipe);
-  return out;
-}
+// What a shell command line printed (stdout and stderr).
+std::string capture(const std::string& cmd) { return trainer_process::run_command(cmd).output; }
 
 std::string tiny_run(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("sg_progress_" + std::to_string(::getpid()));

@@ -5,7 +5,7 @@ SHADOWGRAD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SHADOWGRAD_PACKAGES=(libtorch-dev libgloo-dev libopenblas0-pthread libcli11-dev libspdlog-dev libfmt-dev catch2
                      libyaml-cpp-dev zlib1g-dev cmake g++ make gnuplot-nox clang-14 libclang-rt-14-dev
                      python3-dev pybind11-dev python3-torch python3-torchvision libsentencepiece-dev
-                     sentencepiece)
+                     sentencepiece iproute2)  # iproute2: `ip netns` for tests/netns_test.sh
 
 # apt-get only when something is missing, and quietly.
 install_missing_packages() {
