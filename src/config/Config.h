@@ -11,6 +11,9 @@
 
 namespace shadowgrad::config {
 
+// The value of an SG_INT_OR_AUTO key (per_device_batch_size) set to `auto`; the trainer replaces it before use.
+inline constexpr int64_t kAuto = 0;
+
 struct Config {
 #define SG_SECTION(title)
 #define SG_INT(name, def, min, help) int64_t name = def;

@@ -123,6 +123,9 @@ void validate(const Config& c) {
     fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text or tokens to use it",
                      c.dataset_path));
   validate_eval(c);
+  if (c.per_device_batch_size == kAuto && c.global_batch_size == 0)
+    fail("per_device_batch_size=auto needs global_batch_size: auto picks the largest microbatch that divides "
+         "global_batch_size / WORLD_SIZE and fits memory_budget_mib");
   // Keep one global batch within reason: 2^20 sequences would not fit in memory anyway.
   if (c.local_batch() > (int64_t(1) << 20))
     fail(fmt::format("per_device_batch_size ({}) x gradient_accumulation_steps ({}) is too large; "

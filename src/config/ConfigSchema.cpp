@@ -36,6 +36,16 @@ int64_t parse_int(const std::string& key, const std::string& text, int64_t min) 
   return v;
 }
 
+[[maybe_unused]] int64_t parse_int_or_auto(const std::string& key, const std::string& text, int64_t min) {
+  if (text == "auto") return kAuto;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || v < min)
+    bad_value(key, text, fmt::format("an integer >= {} or auto", min));
+  return v;
+}
+
 double parse_float(const std::string& key, const std::string& text, double min, double max) {
   errno = 0;
   char* end = nullptr;
@@ -60,6 +70,11 @@ std::vector<KeySpec> build_schema() {
   keys.push_back({section, #n, "int", fmt::format(">= {}", int64_t(min)), fmt::format("{}", int64_t(def)), h, \
                   [](Config& c, const std::string& t) { c.n = parse_int(#n, t, min); },            \
                   [](const Config& c) { return fmt::format("{}", c.n); }});
+#define SG_INT_OR_AUTO(n, def, min, h)                                                                      \
+  static_assert((min) >= 1, #n ": auto is stored as 0, so its minimum must be at least 1");                      \
+  keys.push_back({section, #n, "int", fmt::format(">= {} or auto", int64_t(min)), fmt::format("{}", int64_t(def)), \
+                  h, [](Config& c, const std::string& t) { c.n = parse_int_or_auto(#n, t, min); },               \
+                  [](const Config& c) { return c.n == kAuto ? std::string("auto") : fmt::format("{}", c.n); }});
 #define SG_FLOAT(n, def, min, max, h)                                                          \
   keys.push_back({section, #n, "float", fmt::format("in [{}, {}]", double(min), double(max)),   \
                   fmt::format("{}", double(def)), h,                                            \
@@ -88,6 +103,7 @@ std::vector<KeySpec> build_schema() {
 #undef SG_ENUM
 #undef SG_FROZEN_INT
 #undef SG_FROZEN_ENUM
+#undef SG_INT_OR_AUTO
   return keys;
 }
 

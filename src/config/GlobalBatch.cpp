@@ -28,6 +28,16 @@ std::vector<int64_t> divisors(int64_t per_process) {
 void derive_accumulation_steps(Config& cfg, int64_t world_size) {
   const int64_t gbs = cfg.global_batch_size;
   if (gbs == 0) return;
+  if (cfg.per_device_batch_size == kAuto) {  // K follows once the trainer has chosen it (train/MicrobatchFit.h)
+    if (gbs % world_size != 0)
+      throw ConfigError(fmt::format("per_device_batch_size=auto: global_batch_size={} is not a multiple of "
+                                    "WORLD_SIZE={}, so no microbatch divides it",
+                                    gbs, world_size));
+    if (cfg.given_keys.count("gradient_accumulation_steps"))
+      throw ConfigError("per_device_batch_size=auto derives gradient_accumulation_steps from global_batch_size and the "
+                        "microbatch it picks; do not give gradient_accumulation_steps too");
+    return;
+  }
   const int64_t pdbs = cfg.per_device_batch_size;
   const int64_t per_step = pdbs * world_size;
   if (gbs % per_step != 0) {

@@ -16,6 +16,8 @@ namespace shadowgrad::config {
 // global_batch_size / (per_device_batch_size x world_size). Throws ConfigError naming the three numbers and the
 // per_device_batch_size values that would divide, when it does not divide; and naming both values when
 // gradient_accumulation_steps is in cfg.given_keys with another value. Calling it again is harmless.
+// per_device_batch_size=auto: only checks that WORLD_SIZE divides global_batch_size (and that no K was given); K is
+// derived by a second call once train::fit_microbatch has chosen the microbatch.
 void derive_accumulation_steps(Config& cfg, int64_t world_size);
 
 // `config_yaml` (a config.yml text) without its gradient_accumulation_steps line when it sets global_batch_size: that

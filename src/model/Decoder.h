@@ -32,6 +32,8 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor output_weight() const;
 
   const DecoderOptions& options() const { return options_; }
+  // Memory probes (train/MemoryProbe.h) measure what another remat_policy would save on this very model.
+  void set_remat(DecoderOptions::Remat remat) { options_.remat = remat; }
 
   // How parameters reach the compute dtype. Unset: with .to() and index_select. A trainer sets them to
   // ShadowAccumulator::cast / gather_rows, so each gradient is folded into the shadow tree in the compute

@@ -25,6 +25,16 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::Config& c,
   return std::make_unique<AdamW>(params, options);
 }
 
+int64_t optimizer_state_bytes_after_update(const config::Config& c, int64_t param_elements) {
+  if (c.opt_type == config::OptType::sgd) return 0;  // no momentum: SGDOptions' default
+  // FusedAdamW keeps fp32 parameters' moments in adam_state_dtype; everything else (Adam, unfused AdamW, and
+  // FusedAdamW's fallback for bf16 parameters) keeps them in the parameter's dtype.
+  const bool fp32_weights = c.weight_dtype == config::FloatDtype::float32;
+  const bool fused = c.opt_type == config::OptType::adamw && c.opt_fused && fp32_weights;
+  const auto moment = fused ? config::scalar_type(c.adam_state_dtype) : config::scalar_type(c.weight_dtype);
+  return 2 * int64_t(c10::elementSize(moment)) * param_elements;
+}
+
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }

@@ -25,6 +25,7 @@
 #include "train/LossPlot.h"
 #include "train/MemoryProbe.h"
 #include "train/MetricsWriter.h"
+#include "train/MicrobatchFit.h"
 #include "train/NonFiniteGuard.h"
 #include "train/Progress.h"
 #include "train/RunDirectory.h"
@@ -42,7 +43,10 @@ Training::Training(config::Config cfg)
     : cfg_(std::move(cfg)),
       device_(resolve_device(cfg_.hardware)),
       source_(data::make_source(cfg_)),
-      evaluator_(std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
+      // With per_device_batch_size=auto the eval batch may follow the microbatch: built in run(), once it is known.
+      evaluator_(cfg_.per_device_batch_size == config::kAuto
+                     ? nullptr
+                     : std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
   // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
   if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
 }
@@ -182,6 +186,8 @@ RunSummary Training::run() {
   const int world = dp ? dp->world_size() : 1;
   model::Decoder model(model::DecoderOptions::from_config(cfg_));
   model->to(device_);
+  fit_microbatch(cfg_, model, *source_, device_, dp.get(), world);  // per_device_batch_size=auto, memory_budget_mib
+  if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(cfg_, world);
   TrainStep step(cfg_, model, *source_, device_, dp);
 
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(cfg_, step));
