@@ -5,12 +5,12 @@
 # the tracking allocator's largest step peak). Then one pdbs=auto run with a budget between two sizes, to show the
 # decision and the peak it reached. Target: every prediction within 10 % of the measured peak. The last column, the
 # process's max RSS (/usr/bin/time), is what the tracking allocator does not see: code, allocator cache, BLAS scratch.
-# Cost: 5 trainer runs of 3 steps each on the chosen model, one after another; on the seed model (below) about
+# Cost: 6 trainer runs of 3 steps each on the chosen model, one after another; on the seed model (below) about
 # 1-5 s per step on an idle 2-core machine: 1-2 minutes (more when other jobs share the cores).
 #
 # Usage: scripts/memory_fit_bench.sh [--model seed|base] [--out DIR] [key=value ...]
-#   --model seed (default): the seed model of docs/memory.md (emb 512, 8+8 heads, mlp 2048, 4 layers, head_dim 64,
-#   vocab 32000, seq 512, bf16 compute, 49549824 parameters); base: configs/base.yml's default model.
+#   --model seed (default): configs/seed.yml, the seed model of docs/memory.md (emb 512, 8+8 heads, mlp 2048,
+#   4 layers, head_dim 64, vocab 32000, seq 512, bf16 compute, 49549824 parameters); base: configs/base.yml's model.
 #   Runs go to DIR (default: a fresh temporary directory). key=value overrides apply to every run.
 #   TRAINER=path overrides the trainer binary (default <repo>/build/trainer).
 # Exit: 0 every prediction within 10 %; 1 one is not, or a run failed; 2 bad usage.
@@ -30,15 +30,13 @@ while (($#)); do
   shift
 done
 case $model in
-seed) shape=(base_emb_dim=512 base_num_query_heads=8 base_num_kv_heads=8 base_mlp_dim=2048 base_num_decoder_layers=4
-             head_dim=64 vocab_size=32000 max_target_length=512 dtype=bfloat16) ;;
-base) shape=() ;;
+seed | base) config=$model.yml ;;
 *) echo "memory_fit_bench.sh: --model is seed or base" >&2 && exit 2 ;;
 esac
 trainer=$(study_trainer)
 out=${out:-$(mktemp -d -t memory_fit_bench.XXXXXX)}
 mkdir -p "$out"
-common=(base.yml "${shape[@]}" steps=3 log_period=1 enable_checkpointing=false base_output_directory="$out"
+common=("$config" steps=3 log_period=1 enable_checkpointing=false base_output_directory="$out"
         "${overrides[@]}")
 
 # run NAME key=value...: one run; its log is $out/NAME.log
