@@ -49,6 +49,7 @@ int64_t forward_backward_peak(const config::Config& cfg, model::Decoder& model, 
   probe.per_device_batch_size = microbatch;
   probe.gradient_accumulation_steps = 1;
   probe.grad_fidelity_period = 0;
+  probe.gradient_noise_scale = false;  // its K=1 note would be logged once per probe, about a step that is not the run's
   TrainStep step(probe, model, source, device);
   memory::MemoryMeter meter(device);
   meter.begin_step();
