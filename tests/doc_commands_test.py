@@ -9,8 +9,14 @@ blocks, and in inline `code` spans) this checks, cheaply and without training:
 - a complete `build/trainer CONFIG key=value...` line (no placeholders) passes `--print-config`, unless the docs show
   it as a bad-input example (the next line of the block starts with `error:`), which must then exit 2.
 
+And the figures the docs claim exactly, which must come out exactly:
+- docs/config.md and configs/base.yml are what `build/trainer --help-config-markdown` and `--print-config` print;
+- an error message shown after `<!-- exact: COMMAND -->` (one comment per `error:` entry of the fenced block that
+  follows, in order; a wrapped entry is joined with spaces) is COMMAND's `error:` line, character for character,
+  with exit 2. COMMAND runs in a scratch directory, so runs/ lands there.
+
 Usage: tests/doc_commands_test.py REPO BUILD_DIR     Exit: 0 all parse; 1 some do not (each listed).
-Cost: one --help per program and one --print-config per trainer line: a few seconds.
+Cost: one --help per program, one --print-config per trainer line, and each exact example: a few seconds.
 """
 import glob
 import os
@@ -18,6 +24,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 REPO, BUILD = sys.argv[1], sys.argv[2]
 TRAINER_ARGS = {"trainer", "sweep.sh", "train.sh", "launch.sh", "memory_table.sh"}
@@ -92,6 +99,67 @@ def split_commands(text):
     return result
 
 
+def generated_files():
+    """Problems with the files generated from the config key table (src/config/ConfigKeys.def)."""
+    problems = []
+    for rel, flag in (("docs/config.md", "--help-config-markdown"), ("configs/base.yml", "--print-config")):
+        r = run([os.path.join(BUILD, "trainer"), flag])
+        with open(os.path.join(REPO, rel), encoding="utf-8") as f:
+            if r.returncode != 0 or r.stdout != f.read():
+                problems.append(f"{rel} is not what `build/trainer {flag}` prints; regenerate it: "
+                                f"build/trainer {flag} > {rel}")
+    return problems
+
+
+EXACT = re.compile(r"^<!--\s*exact:\s*(.+?)\s*-->\s*$")
+
+
+def exact_examples(path):
+    """(line number, command, the error entry it must print) for each `<!-- exact: COMMAND -->` comment."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    pending, entries, out = [], [], []
+    in_block = False
+    for i, line in enumerate(lines):
+        m = EXACT.match(line.strip())
+        if m and not in_block:
+            pending.append((i + 1, m.group(1)))
+        elif line.lstrip().startswith("```"):
+            in_block = not in_block
+            if not in_block and pending:  # the block that follows the comments has ended
+                for (lineno, cmd), entry in zip(pending, entries + [None] * len(pending)):
+                    out.append((lineno, cmd, entry))
+                pending, entries = [], []
+        elif in_block and pending:
+            if line.startswith("error:"):
+                entries.append(line.strip())
+            elif entries and line.strip() and not line.lstrip().startswith(("#", "build/", "scripts/")):
+                entries[-1] += " " + line.strip()  # a wrapped message
+    return out
+
+
+def check_exact(rel, lineno, command, expected):
+    """Runs COMMAND (VAR=value prefixes become its environment) and compares its error line with the doc's."""
+    where = f"{rel}:{lineno}: {command}"
+    if expected is None:
+        return [f"{where}\n    no `error:` entry in the fenced block after the comment"]
+    tokens = shlex.split(command)
+    env = dict(os.environ)
+    while tokens and re.match(r"^[A-Z_][A-Z0-9_]*=", tokens[0]):
+        key, value = tokens.pop(0).split("=", 1)
+        env[key] = value
+    if not tokens or tokens[0] != "build/trainer":
+        return [f"{where}\n    an exact example must run build/trainer"]
+    with tempfile.TemporaryDirectory(prefix="doc_exact.") as scratch:
+        r = subprocess.run([os.path.join(BUILD, "trainer"), *tokens[1:]], capture_output=True, text=True,
+                           timeout=300, cwd=scratch, env=env)
+    said = [re.sub(r"^\[rank \d+\] ", "", l) for l in (r.stdout + r.stderr).split("\n")]
+    said = [l for l in said if l.startswith("error:")]
+    if r.returncode != 2 or said[-1:] != [expected]:
+        return [f"{where}\n    the doc says: {expected}\n    it printed ({r.returncode}): "
+                f"{said[-1] if said else (r.stderr or r.stdout).strip()[-300:]}"]
+    return []
+
+
 def main():
     docs = [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
     keys = config_keys()
@@ -138,10 +206,17 @@ def main():
                         problems.append(f"{where}\n    shown as a bad-input example, but exited {r.returncode}")
                     elif not expect_error and r.returncode != 0:
                         problems.append(f"{where}\n    --print-config exited {r.returncode}: {r.stderr.strip()[-300:]}")
+    problems += generated_files()
+    exact = 0
+    for doc in docs:
+        for lineno, command, expected in exact_examples(doc):
+            problems += check_exact(os.path.relpath(doc, REPO), lineno, command, expected)
+            exact += 1
     for p in problems:
         print("FAIL", p)
-    print(f"doc_commands: {checked} commands checked in {len(docs)} files, {len(problems)} problems")
-    return 1 if problems or checked < 10 else 0
+    print(f"doc_commands: {checked} commands checked in {len(docs)} files, 2 generated files and {exact} exact "
+          f"examples compared, {len(problems)} problems")
+    return 1 if problems or checked < 10 or exact < 2 else 0
 
 
 if __name__ == "__main__":
