@@ -18,6 +18,12 @@
 
 namespace {
 
+constexpr const char* kUsage =
+    "usage: matmul_bench [--threads N] [--seconds S] [--model E,MLP,VOCAB,TOKENS,HEADS,HEAD_DIM]\n"
+    "Times at::linear / batched at::matmul in bf16 and fp32 at 2048^3 and at the model's shapes (default: the seed\n"
+    "model 512,2048,32000,512,8,64); prints one tab-separated line per measurement: name, M, N, K, batch, dtype, GF/s.\n"
+    "Cost: about 2 x (shapes) x S seconds (S default 1).\n";
+
 struct Shape {
   std::string name;
   int64_t m, n, k, batch;  // batch > 0: a batched matmul [batch,M,K] x [batch,K,N]; 0: at::linear
@@ -68,8 +74,16 @@ int main(int argc, char** argv) {
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   double seconds = 1.0;
   int64_t emb = 512, mlp = 2048, vocab = 32000, tokens = 512, heads = 8, head_dim = 64;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string key = argv[i];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string key = argv[i];
+    if (key == "-h" || key == "--help") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (i + 1 == argc) {  // every option takes a value; a lone one must not start a 15 s run unasked
+      std::fprintf(stderr, "error: option '%s' needs a value\n%s", argv[i], kUsage);
+      return 2;
+    }
     if (key == "--threads") threads = std::atoi(argv[i + 1]);
     else if (key == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (key == "--model") {
@@ -78,7 +92,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "error: unknown option '%s'\n", argv[i]);
+      std::fprintf(stderr, "error: unknown option '%s'\n%s", argv[i], kUsage);
       return 2;
     }
   }

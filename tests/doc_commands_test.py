@@ -39,7 +39,10 @@ def help_text(program):
     path = os.path.join(BUILD, program[len("build/"):]) if program.startswith("build/") else os.path.join(REPO, program)
     if not os.access(path, os.X_OK):
         return None, f"{program}: no such executable ({path})"
-    r = run([path, "--help"])
+    try:  # --help must answer at once: a program that ignores it and starts working is a rough edge
+        r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return None, f"{program} --help did not answer within 10 s (does it ignore --help and start working?)"
     if r.returncode != 0:
         return None, f"{program} --help exited {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}"
     return r.stdout + r.stderr, None
