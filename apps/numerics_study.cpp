@@ -133,7 +133,7 @@ Carries model_case(const shadowgrad::config::Config& base, int64_t k, uint64_t s
   cfg.data_shuffle_seed = int64_t(seed);
   cfg.per_device_batch_size = 1;
   cfg.gradient_accumulation_steps = k;
-  auto source = data::make_source(cfg);
+  auto source = data::make_source(data::DataOptions::from_config(cfg));
   model::Decoder model(model::DecoderOptions::from_config(cfg));
   const auto params = model->parameters();
   Carries carries(params, seed);

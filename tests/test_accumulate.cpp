@@ -25,8 +25,9 @@ struct Gradients {
 };
 
 Gradients accumulate_step0(config::Config c) {
-  auto source = data::make_source(c);
-  train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
+  auto source = data::make_source(data::DataOptions::from_config(c));
+  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                        *source, c10::Device(c10::kCPU));
   auto acc = step.accumulate_batch(0);
   Gradients g{acc.loss, {}};
   for (const auto& s : step.accumulator().shadows()) g.grads.push_back(s.to(at::kFloat).clone());
@@ -69,7 +70,7 @@ TEST_CASE("a mean of microbatch means fails the parity check", "[accumulate][par
   auto reference = accumulate_step0(split(c, 1, 4));
 
   // HF Trainer's pre-2024 normalisation, implemented here on purpose.
-  auto source = data::make_source(c);
+  auto source = data::make_source(data::DataOptions::from_config(c));
   model::Decoder model(model::DecoderOptions::from_config(c));
   accumulate::ShadowAccumulator acc(model->parameters(), at::kFloat);
   auto batch = source->examples(0, 0, 4);
@@ -90,7 +91,7 @@ TEST_CASE("a mean of microbatch means fails the parity check", "[accumulate][par
 TEST_CASE("p.grad() stays undefined during accumulation and the fold count is one per parameter per microbatch",
           "[accumulate]") {
   auto c = tiny_config();
-  auto source = data::make_source(c);
+  auto source = data::make_source(data::DataOptions::from_config(c));
   model::Decoder model(model::DecoderOptions::from_config(c));
   accumulate::ShadowAccumulator acc(model->parameters(), at::kBFloat16);
   auto batch = source->examples(0, 0, 4);
@@ -110,8 +111,9 @@ TEST_CASE("a bf16 shadow tracks the fp32 shadow within 1e-2 over 8 steps of loss
   auto run = [](const std::string& grad_dtype) {
     auto c = split(tiny_config(), 4, 2);
     set_key(c, "grad_dtype", grad_dtype);
-    auto source = data::make_source(c);
-    train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
+    auto source = data::make_source(data::DataOptions::from_config(c));
+    train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                          *source, c10::Device(c10::kCPU));
     std::vector<double> losses;
     for (int64_t s = 0; s < 8; ++s) losses.push_back(step.run(s).loss);
     return losses;
@@ -178,7 +180,7 @@ std::vector<at::Tensor> bf16_compute_shadows(c10::ScalarType grad_dtype, bool fo
   c.dtype = config::FloatDtype::bfloat16;
   c.hoist_weight_cast = hoist;
   c.synthetic_min_length_fraction = 0.3;
-  auto source = data::make_source(c);
+  auto source = data::make_source(data::DataOptions::from_config(c));
   model::Decoder model(model::DecoderOptions::from_config(c));
   accumulate::ShadowAccumulator acc(model->parameters(), grad_dtype);
   if (folding)

@@ -14,6 +14,7 @@
 #include "RankThreads.h"
 #include "TinyConfig.h"
 #include "TrainerProcess.h"
+#include "config/Dtypes.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
 #include "memory/BatchFit.h"
@@ -165,14 +166,16 @@ TEST_CASE("the optimizer state predicted from the config is the state the first 
   if (v.weight_dtype == FloatDtype::bfloat16) cfg.grad_dtype = config::GradDtype::bfloat16;  // AdamW needs grad = param dtype
   INFO(config::to_string(v.opt_type) << " fused=" << v.fused << " state " << config::to_string(v.state_dtype)
                                      << " weights " << config::to_string(v.weight_dtype));
-  auto source = data::make_source(cfg);
+  auto source = data::make_source(data::DataOptions::from_config(cfg));
   model::Decoder model(model::DecoderOptions::from_config(cfg));
-  train::TrainStep step(cfg, model, *source, c10::Device(c10::kCPU));
+  train::TrainStep step(train::StepOptions::from_config(cfg), model, *source, c10::Device(c10::kCPU));
   CHECK(memory::optimizer_state_bytes(step.optimizer()) == 0);
   step.run(0);
   int64_t elements = 0;
   for (const auto& p : model->parameters()) elements += p.numel();
-  CHECK(train::optimizer_state_bytes_after_update(cfg, elements) == memory::optimizer_state_bytes(step.optimizer()));
+  CHECK(train::optimizer_state_bytes_after_update(train::OptimizerOptions::from_config(cfg),
+                                                  config::scalar_type(cfg.weight_dtype),
+                                                  elements) == memory::optimizer_state_bytes(step.optimizer()));
 }
 
 TEST_CASE("pdbs=auto picks the largest microbatch under memory_budget_mib, logs it, and trains as an explicit split",
@@ -240,8 +243,9 @@ TEST_CASE("every rank uses rank 0's microbatch, and rank 0's refusal stops every
       c.per_device_batch_size = config::kAuto;
       // Rank 1's own budget would refuse even one sequence; rank 0's fits the whole local batch of 8, or nothing.
       c.memory_budget_mib = comm.rank() == 0 && rank0_fits ? 1000 : 0.01;
-      auto dp = std::make_shared<distributed::DataParallel>(share(comm), c);
-      auto source = data::make_source(c);
+      auto dp = std::make_shared<distributed::DataParallel>(share(comm),
+                                                            distributed::DataParallelOptions::from_config(c));
+      auto source = data::make_source(data::DataOptions::from_config(c));
       model::Decoder model(model::DecoderOptions::from_config(c));
       train::fit_microbatch(c, model, *source, c10::Device(c10::kCPU), dp.get(), 2);
       chosen[comm.rank()] = c.per_device_batch_size;

@@ -8,9 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <torch/optim/adamw.h>
 
 #include "TinyConfig.h"
@@ -36,12 +39,18 @@ struct Rig {
   config::Config cfg;
   std::unique_ptr<data::DataSource> source;
   std::unique_ptr<train::TrainStep> step;
-  explicit Rig(const config::Config& c) : cfg(c), source(data::make_source(cfg)) {
-    step = std::make_unique<train::TrainStep>(cfg, model::Decoder(model::DecoderOptions::from_config(cfg)), *source,
+  explicit Rig(const config::Config& c) : cfg(c), source(data::make_source(data::DataOptions::from_config(cfg))) {
+    step = std::make_unique<train::TrainStep>(train::StepOptions::from_config(cfg),
+                                              model::Decoder(model::DecoderOptions::from_config(cfg)), *source,
                                               c10::Device(c10::kCPU));
   }
   torch::nn::Module& module() { return *step->model(); }
 };
+
+// The checkpoints of run directory `dir`, with the options `c` gives.
+checkpoint::Checkpointer checkpointer(const config::Config& c, const std::string& dir) {
+  return checkpoint::Checkpointer(checkpoint::CheckpointOptions::from_config(c), dir);
+}
 
 std::vector<at::Tensor> snapshot_params(Rig& r) {
   std::vector<at::Tensor> out;
@@ -92,6 +101,15 @@ config::Config rig_config(const std::string& base, int64_t k, const std::string&
   return c;
 }
 
+// Trains step 0 of rig_config(base, 1, "float32") and checkpoints it in base/r; returns that config.
+config::Config one_checkpoint(const std::string& base) {
+  config::Config c = rig_config(base, 1, "float32");
+  Rig rig(c);
+  rig.step->run(0);
+  checkpointer(c, base + "/r").save({1, 0, 0}, rig.module(), rig.step->optimizer());
+  return c;
+}
+
 } // namespace
 
 TEST_CASE("crc32 gives the standard check value and chains", "[checkpoint]") {
@@ -134,7 +152,7 @@ TEST_CASE("save then restore into a fresh model: the next steps are bitwise equa
       fs::remove_all(base);
       Rig a(c);
       for (int64_t s = 0; s < 3; ++s) a.step->run(s);
-      checkpoint::Checkpointer writer(c, base + "/r");
+      auto writer = checkpointer(c, base + "/r");
       at::manual_seed(1234);  // the RNG state is part of the checkpoint
       writer.save({3, 0, 0}, a.module(), a.step->optimizer());
       const double random_after_save = at::rand({1}).item<double>();
@@ -142,7 +160,7 @@ TEST_CASE("save then restore into a fresh model: the next steps are bitwise equa
       Rig b(c);
       CHECK_FALSE(all_equal(snapshot_params(a), snapshot_params(b)));
       at::manual_seed(999);
-      checkpoint::Checkpointer reader(c, base + "/r");
+      auto reader = checkpointer(c, base + "/r");
       auto state = reader.restore(b.module(), b.step->optimizer());
       CHECK(state.step == 3);
       CHECK(at::rand({1}).item<double>() == random_after_save);
@@ -159,7 +177,7 @@ TEST_CASE("a crash at any stage of a checkpoint write leaves the previous one co
   config::Config c = rig_config(base, 1, "float32");
   Rig rig(c);
   rig.step->run(0);
-  checkpoint::Checkpointer ckpt(c, base + "/r");
+  auto ckpt = checkpointer(c, base + "/r");
   ckpt.save({1, 0, 0}, rig.module(), rig.step->optimizer());
   rig.step->run(1);
   const auto params_at_2 = snapshot_params(rig);
@@ -204,7 +222,7 @@ TEST_CASE("a corrupt latest checkpoint is named and the previous one is used, an
   config::Config c = rig_config(base, 1, "float32");
   c.max_num_checkpoints_to_keep = 0;
   Rig rig(c);
-  checkpoint::Checkpointer ckpt(c, base + "/r");
+  auto ckpt = checkpointer(c, base + "/r");
   for (int64_t s = 0; s < 3; ++s) {
     rig.step->run(s);
     ckpt.save({s + 1, 0, 0}, rig.module(), rig.step->optimizer());
@@ -220,7 +238,7 @@ TEST_CASE("a corrupt latest checkpoint is named and the previous one is used, an
 
   config::Config explicit_step = c;
   explicit_step.load_checkpoint_step = 3;
-  checkpoint::Checkpointer strict(explicit_step, base + "/r");
+  auto strict = checkpointer(explicit_step, base + "/r");
   CHECK_THROWS_AS(strict.restore(fresh.module(), fresh.step->optimizer()), checkpoint::CorruptCheckpointError);
   CHECK_THROWS_WITH(strict.restore(fresh.module(), fresh.step->optimizer()), Catch::Contains(step3 + "/"));
 
@@ -233,10 +251,7 @@ TEST_CASE("a corrupt latest checkpoint is named and the previous one is used, an
 
 TEST_CASE("a changed model shape, vocab or optimizer names the key, allowed keys may change", "[checkpoint]") {
   const std::string base = tp::fresh_dir("ckpt_frozen");
-  config::Config c = rig_config(base, 1, "float32");
-  Rig rig(c);
-  rig.step->run(0);
-  checkpoint::Checkpointer(c, base + "/r").save({1, 0, 0}, rig.module(), rig.step->optimizer());
+  const config::Config c = one_checkpoint(base);
 
   struct Change {
     std::string key;
@@ -250,21 +265,44 @@ TEST_CASE("a changed model shape, vocab or optimizer names the key, allowed keys
     config::Config other = c;
     change.apply(other);
     Rig r(other);
-    CHECK_THROWS_WITH(checkpoint::Checkpointer(other, base + "/r").restore(r.module(), r.step->optimizer()),
+    CHECK_THROWS_WITH(checkpointer(other, base + "/r").restore(r.module(), r.step->optimizer()),
                       Catch::Contains("written with " + change.key + "=") && Catch::Contains("cannot change on resume"));
   }
   // K may change with the global batch kept (per_device_batch_size x K x WORLD_SIZE); alone it changes the data.
   config::Config other_k = c;
   other_k.gradient_accumulation_steps = 2;
   Rig rk(other_k);
-  CHECK_THROWS_WITH(checkpoint::Checkpointer(other_k, base + "/r").restore(rk.module(), rk.step->optimizer()),
+  CHECK_THROWS_WITH(checkpointer(other_k, base + "/r").restore(rk.module(), rk.step->optimizer()),
                     Catch::Contains("global batch of 2") && Catch::Contains("gradient_accumulation_steps=1"));
   config::Config longer = c;
   longer.steps = 50;
   longer.gradient_accumulation_steps = 2;
   longer.per_device_batch_size = 1;
   Rig r(longer);
-  CHECK(checkpoint::Checkpointer(longer, base + "/r").restore(r.module(), r.step->optimizer()).step == 1);
+  CHECK(checkpointer(longer, base + "/r").restore(r.module(), r.step->optimizer()).step == 1);
+}
+
+TEST_CASE("resuming names each key that changed, old and new value as the config prints them", "[checkpoint]") {
+  const std::string base = tp::fresh_dir("ckpt_changed");
+  const config::Config c = one_checkpoint(base);
+  config::Config changed = c;
+  changed.learning_rate = c.learning_rate / 3;
+  changed.steps = c.steps + 5;
+  std::ostringstream log;
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  Rig r(changed);
+  const auto state = checkpointer(changed, base + "/r").restore(r.module(), r.step->optimizer());
+  spdlog::set_default_logger(previous);
+  CHECK(state.step == 1);
+  auto change = [&](const std::string& key) {
+    const auto* spec = config::find_key(key);
+    return key + " " + spec->get(c) + " -> " + spec->get(changed);
+  };
+  CHECK_THAT(log.str(), Catch::Contains("resuming with changed keys: ") && Catch::Contains(change("learning_rate")) &&
+                            Catch::Contains(change("steps")));
+  CHECK_THAT(log.str(), !Catch::Contains("vocab_size"));
 }
 
 TEST_CASE("checkpoint_period, the last step, and keeping the newest N", "[checkpoint]") {
@@ -273,7 +311,7 @@ TEST_CASE("checkpoint_period, the last step, and keeping the newest N", "[checkp
   c.steps = 10;
   c.checkpoint_period = 4;
   c.max_num_checkpoints_to_keep = 2;
-  checkpoint::Checkpointer ckpt(c, base + "/r");
+  auto ckpt = checkpointer(c, base + "/r");
   CHECK(ckpt.due(4));
   CHECK(ckpt.due(8));
   CHECK(ckpt.due(10));
@@ -282,7 +320,7 @@ TEST_CASE("checkpoint_period, the last step, and keeping the newest N", "[checkp
   for (int64_t s : {4, 8, 10}) ckpt.save({s, 0, 0}, rig.module(), rig.step->optimizer());
   CHECK(ckpt.steps() == std::vector<int64_t>{8, 10});
   c.enable_checkpointing = false;
-  CHECK_FALSE(ckpt.due(8));
+  CHECK_FALSE(checkpointer(c, base + "/r").due(8));
 }
 
 TEST_CASE("truncate_metrics keeps each step up to the checkpoint once and drops a torn line", "[checkpoint]") {

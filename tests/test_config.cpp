@@ -67,6 +67,17 @@ TEST_CASE("to_yaml round-trips a modified config", "[config]") {
   for (const auto& key : schema()) CHECK(key.get(back) == key.get(c));
 }
 
+TEST_CASE("canonical_value spells a saved value as the key prints it, or gives nothing", "[config]") {
+  Config c;
+  c.learning_rate = 1e-3;
+  CHECK(canonical_value("learning_rate", "1e-3") == find_key("learning_rate")->get(c));
+  CHECK(canonical_value("learning_rate", "0.001") == find_key("learning_rate")->get(c));
+  CHECK(canonical_value("grad_dtype", "bfloat16") == std::optional<std::string>("bfloat16"));
+  CHECK_FALSE(canonical_value("steps", "twenty"));
+  CHECK_FALSE(canonical_value("grad_dtype", "float64"));
+  CHECK_FALSE(canonical_value("no_such_key", "1"));
+}
+
 TEST_CASE("overrides are typed and validated", "[config]") {
   Config c = load_config(temp_yaml("steps: 3\n"), {"gradient_accumulation_steps=4", "grad_dtype=bfloat16",
                                                    "learning_rate=1e-3"});

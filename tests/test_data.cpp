@@ -14,10 +14,10 @@ using namespace shadowgrad;
 
 TEST_CASE("the global batch depends only on seed and step, not on K", "[data]") {
   auto c = tiny_config();
-  auto source = data::make_source(c);
+  auto source = data::make_source(data::DataOptions::from_config(c));
   auto whole = source->examples(3, 0, 8);
   // K=4 microbatches of 2, as the step slices them, and a fresh source reading pieces.
-  auto again = data::make_source(c);
+  auto again = data::make_source(data::DataOptions::from_config(c));
   for (int64_t m = 0; m < 4; ++m) {
     auto piece = again->examples(3, 2 * m, 2);
     CHECK(piece.tokens.equal(whole.slice(2 * m, 2).tokens));
@@ -25,13 +25,13 @@ TEST_CASE("the global batch depends only on seed and step, not on K", "[data]") 
   }
   CHECK_FALSE(source->examples(4, 0, 8).tokens.equal(whole.tokens));
   c.data_shuffle_seed = 1;
-  CHECK_FALSE(data::make_source(c)->examples(3, 0, 8).tokens.equal(whole.tokens));
+  CHECK_FALSE(data::make_source(data::DataOptions::from_config(c))->examples(3, 0, 8).tokens.equal(whole.tokens));
 }
 
 TEST_CASE("synthetic examples are right-padded with varying valid lengths", "[data]") {
   auto c = tiny_config();
   c.synthetic_min_length_fraction = 0.25;
-  auto b = data::make_source(c)->examples(0, 0, 64);
+  auto b = data::make_source(data::DataOptions::from_config(c))->examples(0, 0, 64);
   auto lengths = b.targets.ne(data::kIgnoreIndex).sum(1);
   CHECK(lengths.min().item<int64_t>() >= 4);
   CHECK(lengths.max().item<int64_t>() <= 16);
@@ -60,7 +60,8 @@ config::Config text_config(const std::string& path) {
 TEST_CASE("text data yields byte windows with next-byte targets", "[data]") {
   std::string text;
   for (int i = 0; i < 50; ++i) text += "the quick brown fox jumps over the lazy dog. ";
-  auto b = data::make_source(text_config(write_temp("sg_text.txt", text)))->examples(0, 0, 3);
+  const auto options = data::DataOptions::from_config(text_config(write_temp("sg_text.txt", text)));
+  auto b = data::make_source(options)->examples(0, 0, 3);
   CHECK(b.tokens.slice(1, 1, 16).equal(b.targets.slice(1, 0, 15)));
   CHECK(b.valid_tokens() == 3 * 16);
 }
@@ -68,7 +69,7 @@ TEST_CASE("text data yields byte windows with next-byte targets", "[data]") {
 TEST_CASE("bad text files are clear errors", "[data][errors]") {
   auto error = [](const config::Config& c) {
     try {
-      data::make_source(c);
+      data::make_source(data::DataOptions::from_config(c));
     } catch (const DataError& e) {
       return std::string(e.what());
     }

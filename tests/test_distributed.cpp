@@ -63,8 +63,9 @@ double max_rel_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tens
 
 // The shadow tree of step 0 of a single process with the whole global batch: the reference gradient.
 std::vector<at::Tensor> single_process_gradient(const config::Config& c) {
-  auto source = data::make_source(c);
-  train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
+  auto source = data::make_source(data::DataOptions::from_config(c));
+  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                        *source, c10::Device(c10::kCPU));
   step.accumulate_batch(0);
   return fp32_copies(step.accumulator().shadows());
 }
@@ -151,10 +152,11 @@ TEST_CASE("2 ranks x K=2 reduce to the single-process gradient of the whole glob
   auto errors = run_ranks(2, [&](distributed::Communicator& comm) {
     auto c = dist_config(2, 2);
     c.grad_reduce_bucket_mb = 0.01;  // several buckets
-    auto dp = std::make_shared<distributed::DataParallel>(share(comm), c);
-    auto source = data::make_source(c);
-    train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU),
-                          dp);
+    auto dp = std::make_shared<distributed::DataParallel>(share(comm),
+                                                          distributed::DataParallelOptions::from_config(c));
+    auto source = data::make_source(data::DataOptions::from_config(c));
+    train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                          *source, c10::Device(c10::kCPU), dp);
     step.accumulate_batch(0);
     grads[comm.rank()] = fp32_copies(step.accumulator().shadows());
   });
@@ -173,8 +175,8 @@ TEST_CASE("reducing before the last microbatch is folded (DeepSpeed #7985) misse
     std::vector<int64_t> folds(2);
     auto errors = run_ranks(2, [&](distributed::Communicator& comm) {
       auto c = dist_config(2, 2);
-      distributed::DataParallel dp(share(comm), c);
-      auto source = data::make_source(c);
+      distributed::DataParallel dp(share(comm), distributed::DataParallelOptions::from_config(c));
+      auto source = data::make_source(data::DataOptions::from_config(c));
       model::Decoder model(model::DecoderOptions::from_config(c));
       accumulate::ShadowAccumulator acc(model->parameters(), at::kFloat);
       data::Batch batch = source->examples(0, comm.rank() * 4, 4);
@@ -213,10 +215,11 @@ TEST_CASE("collectives per optimizer step: 2 + buckets all_reduce, independent o
         auto c = dist_config(k, 2);
         c.grad_reduce_bucket_mb = 0.02;
         c.shard_optimizer_over_data = zero;
-        auto dp = std::make_shared<distributed::DataParallel>(share(comm), c);
-        auto source = data::make_source(c);
-        train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source,
-                              c10::Device(c10::kCPU), dp);
+        auto dp = std::make_shared<distributed::DataParallel>(share(comm),
+                                                              distributed::DataParallelOptions::from_config(c));
+        auto source = data::make_source(data::DataOptions::from_config(c));
+        train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                              *source, c10::Device(c10::kCPU), dp);
         step.run(0);
         const auto before = comm.counts();
         step.run(1);
@@ -258,10 +261,11 @@ TEST_CASE("ZeRO-1 matches the unsharded update and holds about 1/WORLD_SIZE of t
       auto c = dist_config(2, 2);
       c.grad_reduce_bucket_mb = 0.01;  // several all-gather rounds too
       c.shard_optimizer_over_data = zero == 1;
-      auto dp = std::make_shared<distributed::DataParallel>(share(comm), c);
-      auto source = data::make_source(c);
-      train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source,
-                            c10::Device(c10::kCPU), dp);
+      auto dp = std::make_shared<distributed::DataParallel>(share(comm),
+                                                            distributed::DataParallelOptions::from_config(c));
+      auto source = data::make_source(data::DataOptions::from_config(c));
+      train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                            *source, c10::Device(c10::kCPU), dp);
       for (int s = 0; s < 4; ++s) losses[zero][comm.rank()].push_back(step.run(s).loss);
       weights[zero][comm.rank()] = fp32_copies(step.accumulator().params());
       state_bytes[zero][comm.rank()] = memory::optimizer_state_bytes(step.optimizer());
@@ -284,7 +288,7 @@ TEST_CASE("different initial weights or configs on two ranks are caught before t
     auto errors = run_ranks(2, [&](distributed::Communicator& comm) {
       auto c = dist_config(1, 2);
       if (what == "config" && comm.rank() == 1) c.learning_rate *= 2;
-      distributed::DataParallel dp(share(comm), c);
+      distributed::DataParallel dp(share(comm), distributed::DataParallelOptions::from_config(c));
       model::Decoder model(model::DecoderOptions::from_config(c));
       if (what == "weights" && comm.rank() == 1) {
         at::NoGradGuard no_grad;
@@ -301,7 +305,7 @@ TEST_CASE("different initial weights or configs on two ranks are caught before t
   // And identical starts pass.
   require_no_errors(run_ranks(2, [&](distributed::Communicator& comm) {
     auto c = dist_config(1, 2);
-    distributed::DataParallel dp(share(comm), c);
+    distributed::DataParallel dp(share(comm), distributed::DataParallelOptions::from_config(c));
     model::Decoder model(model::DecoderOptions::from_config(c));
     dp.verify_same_start(model->parameters());
   }));

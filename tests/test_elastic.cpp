@@ -101,13 +101,15 @@ TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N and a
     return run_ranks(
         2,
         [&](distributed::Communicator& comm) {
-          auto dp = std::make_shared<distributed::DataParallel>(share(comm), c);
-          auto source = data::make_source(c);
-          train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source,
+          auto dp = std::make_shared<distributed::DataParallel>(share(comm),
+                                                                distributed::DataParallelOptions::from_config(c));
+          auto source = data::make_source(data::DataOptions::from_config(c));
+          train::TrainStep step(train::StepOptions::from_config(c),
+                                model::Decoder(model::DecoderOptions::from_config(c)), *source,
                                 c10::Device(c10::kCPU), dp);
           for (int64_t s = 0; s < step_count; ++s) step.run(s);
-          const auto topology = train::checkpoint_topology(c, step);
-          checkpoint::Checkpointer checkpoints(c, run_dir, topology);
+          const auto topology = train::checkpoint_topology(step);
+          checkpoint::Checkpointer checkpoints(checkpoint::CheckpointOptions::from_config(c), run_dir, topology);
           if (rank1_gives_up && comm.rank() == 1) return;  // as if killed before writing its shard
           checkpoints.save({step_count, 0, 0}, *step.model(), step.optimizer());
           slices[comm.rank()] = checkpoint::flatten(step.optimizer(), 0, topology.shard_owned);
@@ -125,10 +127,11 @@ TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N and a
     auto one = c;
     one.gradient_accumulation_steps = 4;  // same global batch of 8 with WORLD_SIZE=1
     one.shard_optimizer_over_data = false;
-    auto source = data::make_source(one);
-    train::TrainStep step(one, model::Decoder(model::DecoderOptions::from_config(one)), *source,
-                          c10::Device(c10::kCPU));
-    checkpoint::Checkpointer checkpoints(one, run_dir, train::checkpoint_topology(one, step));
+    auto source = data::make_source(data::DataOptions::from_config(one));
+    train::TrainStep step(train::StepOptions::from_config(one), model::Decoder(model::DecoderOptions::from_config(one)),
+                          *source, c10::Device(c10::kCPU));
+    checkpoint::Checkpointer checkpoints(checkpoint::CheckpointOptions::from_config(one), run_dir,
+                                         train::checkpoint_topology(step));
     REQUIRE(checkpoints.load(1, *step.model(), step.optimizer()).step == 1);
     for (int r = 0; r < 2; ++r) {
       INFO("rank " << r);
@@ -138,10 +141,11 @@ TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N and a
   SECTION("the global batch must match: exit-2 error naming the three keys") {
     auto other = c;
     other.shard_optimizer_over_data = false;  // one process, K=2: global batch 4, not 8
-    auto source = data::make_source(other);
-    train::TrainStep step(other, model::Decoder(model::DecoderOptions::from_config(other)), *source,
-                          c10::Device(c10::kCPU));
-    checkpoint::Checkpointer checkpoints(other, run_dir, train::checkpoint_topology(other, step));
+    auto source = data::make_source(data::DataOptions::from_config(other));
+    train::TrainStep step(train::StepOptions::from_config(other),
+                          model::Decoder(model::DecoderOptions::from_config(other)), *source, c10::Device(c10::kCPU));
+    checkpoint::Checkpointer checkpoints(checkpoint::CheckpointOptions::from_config(other), run_dir,
+                                         train::checkpoint_topology(step));
     REQUIRE_THROWS_AS(checkpoints.load(1, *step.model(), step.optimizer()), InputError);
     REQUIRE_THROWS_WITH(checkpoints.load(1, *step.model(), step.optimizer()),
                         Catch::Matchers::Contains("per_device_batch_size=2 x gradient_accumulation_steps=2 x "

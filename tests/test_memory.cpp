@@ -43,8 +43,9 @@ const c10::Device kCpu(c10::kCPU);
 int64_t steady_step_peak(const config::Config& c) {
   auto& mem = tracker();
   const int64_t base = mem.current_bytes();
-  auto source = data::make_source(c);
-  train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, kCpu);
+  auto source = data::make_source(data::DataOptions::from_config(c));
+  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                        *source, kCpu);
   step.run(0);
   mem.reset_peak();
   step.run(1);
@@ -151,7 +152,7 @@ TEST_CASE("a bfloat16 shadow tree peaks below naive fp32 accumulation by 2 bytes
   c.gradient_accumulation_steps = 4;
   c.per_device_batch_size = 2;
   c.grad_dtype = config::GradDtype::bfloat16;
-  auto source = data::make_source(c);
+  auto source = data::make_source(data::DataOptions::from_config(c));
   const data::Batch batch = source->examples(0, 0, c.local_batch());
   const double inv_tokens = 1.0 / double(batch.valid_tokens());
   auto& mem = tracker();
@@ -213,12 +214,14 @@ TEST_CASE("hoist_weight_cast gives bit-identical gradients and training, and hol
   c.gradient_accumulation_steps = 4;
   c.per_device_batch_size = 1;
   c.hoist_weight_cast = false;
-  auto source = data::make_source(c);
+  auto source = data::make_source(data::DataOptions::from_config(c));
   auto hoisted = c;
   hoisted.hoist_weight_cast = true;
 
-  train::TrainStep plain(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, kCpu);
-  train::TrainStep hoist(hoisted, model::Decoder(model::DecoderOptions::from_config(hoisted)), *source, kCpu);
+  train::TrainStep plain(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                         *source, kCpu);
+  train::TrainStep hoist(train::StepOptions::from_config(hoisted),
+                         model::Decoder(model::DecoderOptions::from_config(hoisted)), *source, kCpu);
   for (int64_t s = 0; s < 3; ++s) {
     // Every microbatch's graph shares the hoisted cast: K backwards through it must each deliver
     // their own fp32 gradient to the master weight, exactly as separate casts do.

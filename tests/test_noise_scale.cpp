@@ -220,8 +220,9 @@ config::Config split(int64_t k, int64_t batch) {
 // The estimator's inputs for `steps` global batches at the initial weights (no update: a stationary target).
 std::vector<train::NoiseScaleInputs> inputs_at_init(const config::Config& c, int steps,
                                                     std::shared_ptr<distributed::DataParallel> dp = nullptr) {
-  auto source = data::make_source(c);
-  train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU), dp);
+  auto source = data::make_source(data::DataOptions::from_config(c));
+  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                        *source, c10::Device(c10::kCPU), dp);
   std::vector<train::NoiseScaleInputs> out;
   for (int s = 0; s < steps; ++s) {
     out.push_back(step.accumulate_batch(s).noise);
@@ -273,7 +274,8 @@ TEST_CASE("2 processes x K=2 give the estimator the inputs of 1 process x K=4, t
   std::vector<std::vector<train::NoiseScaleInputs>> ranks(2);
   auto errors = run_ranks(2, [&](distributed::Communicator& comm) {
     auto c = split(2, 2);
-    auto dp = std::make_shared<distributed::DataParallel>(share(comm), c);
+    auto dp = std::make_shared<distributed::DataParallel>(share(comm),
+                                                          distributed::DataParallelOptions::from_config(c));
     ranks[comm.rank()] = inputs_at_init(c, steps, dp);
   });
   require_no_errors(errors);

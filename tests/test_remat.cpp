@@ -31,8 +31,9 @@ struct Outcome {
 
 Outcome run_policy(config::Config c, const std::string& policy, int64_t steps) {
   set_key(c, "remat_policy", policy);
-  auto source = data::make_source(c);
-  train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
+  auto source = data::make_source(data::DataOptions::from_config(c));
+  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                        *source, c10::Device(c10::kCPU));
   Outcome o;
   auto acc = step.accumulate_batch(0);
   o.loss = acc.loss;
@@ -148,7 +149,7 @@ TEST_CASE("a rematerialised microbatch keeps less for backward: full < minimal <
   c.per_device_batch_size = 4;
   c.base_num_decoder_layers = 4;
   c.synthetic_min_length_fraction = 1;
-  auto source = data::make_source(c);
+  auto source = data::make_source(data::DataOptions::from_config(c));
   const auto batch = source->examples(0, 0, 4);
   auto kept_for_backward = [&](const std::string& policy) {
     set_key(c, "remat_policy", policy);
@@ -176,8 +177,9 @@ TEST_CASE("adam_state_dtype=bfloat16 tracks fp32 moments within 1e-2 of loss ove
     c.gradient_accumulation_steps = 4;
     c.per_device_batch_size = 2;
     set_key(c, "adam_state_dtype", state_dtype);
-    auto source = data::make_source(c);
-    train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
+    auto source = data::make_source(data::DataOptions::from_config(c));
+    train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                          *source, c10::Device(c10::kCPU));
     std::vector<double> losses;
     for (int64_t s = 0; s < 8; ++s) losses.push_back(step.run(s).loss);
     return losses;

@@ -200,8 +200,9 @@ config::Config sr_config(const std::string& grad_dtype, const std::string& round
 std::vector<at::Tensor> shadows_after(const config::Config& c, int64_t steps, int threads) {
   const int before = at::get_num_threads();
   at::set_num_threads(threads);
-  auto source = data::make_source(c);
-  train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
+  auto source = data::make_source(data::DataOptions::from_config(c));
+  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                        *source, c10::Device(c10::kCPU));
   for (int64_t s = 0; s + 1 < steps; ++s) step.run(s);
   step.accumulate_batch(steps - 1);
   std::vector<at::Tensor> out;
@@ -239,9 +240,9 @@ TEST_CASE("grad_rel_error is 0 for an fp32 shadow and in (0, 1e-2) for bf16 on t
   auto measure = [](const std::string& grad_dtype, const std::string& rounding) {
     auto c = sr_config(grad_dtype, rounding);
     auto run = [](const config::Config& c) {
-      auto source = data::make_source(c);
-      train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source,
-                            c10::Device(c10::kCPU));
+      auto source = data::make_source(data::DataOptions::from_config(c));
+      train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                            *source, c10::Device(c10::kCPU));
       std::vector<train::StepStats> out{step.run(0), step.run(1), step.run(2)};
       if (c.grad_fidelity_period > 0)
         CHECK(step.accumulator().reference_bytes() ==

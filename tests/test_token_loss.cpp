@@ -91,7 +91,7 @@ TEST_CASE("chunked cross-entropy in bf16 matches the full-logits path in bf16", 
 TEST_CASE("the decoder's logits are the output projection of its hidden states", "[loss][model]") {
   auto c = tiny_config();
   model::Decoder model(model::DecoderOptions::from_config(c));
-  auto tokens = data::make_source(c)->examples(0, 0, 2).tokens;
+  auto tokens = data::make_source(data::DataOptions::from_config(c))->examples(0, 0, 2).tokens;
   CHECK(rel_diff(model->forward(tokens), at::linear(model->hidden(tokens), model->output_weight())) <= 1e-6);
 }
 
@@ -102,8 +102,9 @@ TEST_CASE("the trainer's chunked and full-logits loss paths accumulate the same 
     c.per_device_batch_size = 2;
     c.synthetic_min_length_fraction = 0.3;
     c.loss_chunk_tokens = chunk;
-    auto source = data::make_source(c);
-    train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
+    auto source = data::make_source(data::DataOptions::from_config(c));
+    train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                          *source, c10::Device(c10::kCPU));
     auto acc = step.accumulate_batch(0);
     std::vector<at::Tensor> out{at::scalar_tensor(acc.loss, at::kDouble)};
     for (const auto& s : step.accumulator().shadows()) out.push_back(s.clone());
@@ -120,8 +121,9 @@ TEST_CASE("the trainer's chunked and full-logits loss paths accumulate the same 
 TEST_CASE("step statistics split the step's time into its phases", "[train]") {
   auto c = tiny_config();
   c.gradient_accumulation_steps = 2;
-  auto source = data::make_source(c);
-  train::TrainStep step(c, model::Decoder(model::DecoderOptions::from_config(c)), *source, c10::Device(c10::kCPU));
+  auto source = data::make_source(data::DataOptions::from_config(c));
+  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
+                        *source, c10::Device(c10::kCPU));
   auto s = step.run(0);
   CHECK(s.forward_s > 0);
   CHECK(s.backward_s > 0);

@@ -32,8 +32,8 @@ config::Config token_config(const std::string& path, const std::string& format =
 
 std::string error_of(const config::Config& c) {
   try {
-    data::make_source(c);
-    data::make_eval_source(c);
+    data::make_source(data::DataOptions::from_config(c));
+    data::make_eval_source(data::DataOptions::from_config(c));
     train::Evaluator(c, 1);
   } catch (const DataError& e) {
     return e.what();
@@ -73,7 +73,7 @@ TEST_CASE("token windows are file slices with next-token targets", "[tokens]") {
   const auto tokens = tf::counting_tokens(5000, 64);
   for (const std::string format : {"llmc", "raw_uint16"}) {
     const std::string path = format == "llmc" ? tf::llmc_file("w.bin", tokens) : tf::raw_u16_file("w_raw.bin", tokens);
-    auto b = data::make_source(token_config(path, format))->examples(2, 0, 6);
+    auto b = data::make_source(data::DataOptions::from_config(token_config(path, format)))->examples(2, 0, 6);
     CHECK(b.valid_tokens() == 6 * 16);
     CHECK(b.tokens.slice(1, 1, 16).equal(b.targets.slice(1, 0, 15)));
     // Each row is tokens[o, o + 16] of the file for some offset o.
@@ -95,18 +95,18 @@ TEST_CASE("token windows are file slices with next-token targets", "[tokens]") {
 TEST_CASE("a token file's global batch depends only on seed and step: not on K or the process slice", "[tokens]") {
   const std::string path = tf::llmc_file("det.bin", tf::counting_tokens(20000, 64));
   auto c = token_config(path);
-  auto whole = data::make_source(c)->examples(7, 0, 16);
+  auto whole = data::make_source(data::DataOptions::from_config(c))->examples(7, 0, 16);
   // 4 processes x K=2 microbatches of 2, as TrainStep and DataParallel slice it, from fresh sources.
   for (int64_t rank = 0; rank < 4; ++rank) {
-    auto shard = data::make_source(c)->examples(7, rank * 4, 4);
+    auto shard = data::make_source(data::DataOptions::from_config(c))->examples(7, rank * 4, 4);
     for (int64_t m = 0; m < 2; ++m) {
       CHECK(shard.slice(m * 2, 2).tokens.equal(whole.slice(rank * 4 + m * 2, 2).tokens));
       CHECK(shard.slice(m * 2, 2).targets.equal(whole.slice(rank * 4 + m * 2, 2).targets));
     }
   }
-  CHECK_FALSE(data::make_source(c)->examples(8, 0, 16).tokens.equal(whole.tokens));
+  CHECK_FALSE(data::make_source(data::DataOptions::from_config(c))->examples(8, 0, 16).tokens.equal(whole.tokens));
   c.data_shuffle_seed = 5;
-  CHECK_FALSE(data::make_source(c)->examples(7, 0, 16).tokens.equal(whole.tokens));
+  CHECK_FALSE(data::make_source(data::DataOptions::from_config(c))->examples(7, 0, 16).tokens.equal(whole.tokens));
 }
 
 TEST_CASE("eval examples are consecutive windows of the eval file, each token a target once", "[tokens][eval]") {
@@ -114,7 +114,7 @@ TEST_CASE("eval examples are consecutive windows of the eval file, each token a 
   auto c = token_config(tf::llmc_file("train_e.bin", tf::counting_tokens(2000, 64)));
   c.eval_interval = 1;
   c.eval_dataset_path = tf::llmc_file("val_e.bin", tokens);
-  auto eval = data::make_eval_source(c);
+  auto eval = data::make_eval_source(data::DataOptions::from_config(c));
   CHECK(eval->eval_capacity() == 10);
   auto b = eval->eval_examples(3, 2);
   for (int64_t t = 0; t < 16; ++t) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -23,8 +24,8 @@
 #include "checkpoint/Crc32.h"
 #include "checkpoint/DurableFile.h"
 #include "checkpoint/RunLayout.h"
+#include "config/Config.h"
 #include "config/ConfigSchema.h"
-#include "config/ConfigWriter.h"
 #include "util/Hash.h"
 
 namespace shadowgrad::checkpoint {
@@ -41,14 +42,6 @@ void stage(const std::string& name) {
 }
 
 std::string fnv1a64_hex(const std::string& text) { return fmt::format("{:016x}", util::fnv1a64(text.data(), text.size())); }
-
-std::vector<std::pair<std::string, std::string>> frozen_values(const config::Config& cfg) {
-  std::vector<std::pair<std::string, std::string>> out;
-  // The SG_FROZEN_* keys of ConfigKeys.def: parameter shapes, vocabulary, master-weight dtype, optimizer.
-  for (const auto& key : config::schema())
-    if (key.frozen) out.emplace_back(key.name, key.get(cfg));
-  return out;
-}
 
 std::string fingerprint(const std::vector<std::pair<std::string, std::string>>& frozen) {
   std::string text;
@@ -92,9 +85,9 @@ Verified verify(const std::string& dir, const Topology& topology) {
   return v;
 }
 
-void check_frozen_keys(const Manifest& m, const config::Config& cfg, const std::string& dir) {
+void check_frozen_keys(const Manifest& m, const CheckpointOptions& options, const std::string& dir) {
   std::map<std::string, std::string> saved(m.frozen.begin(), m.frozen.end());
-  for (const auto& [key, value] : frozen_values(cfg)) {
+  for (const auto& [key, value] : options.frozen) {
     auto it = saved.find(key);
     if (it == saved.end()) continue;  // a key added to the list after this checkpoint was written
     if (it->second != value)
@@ -104,7 +97,7 @@ void check_frozen_keys(const Manifest& m, const config::Config& cfg, const std::
   }
 }
 
-void log_changed_keys(const Verified& v, const config::Config& cfg) {
+void log_changed_keys(const Verified& v, const CheckpointOptions& options) {
   auto it = v.files.find("config.yml");
   if (it == v.files.end()) return;
   YAML::Node saved;
@@ -114,15 +107,11 @@ void log_changed_keys(const Verified& v, const config::Config& cfg) {
     return;
   }
   std::vector<std::string> changes;
-  for (const auto& key : config::schema()) {
-    if (!saved[key.name] || !saved[key.name].IsScalar()) continue;
-    config::Config probe;
-    try {
-      key.set(probe, saved[key.name].Scalar());
-    } catch (const std::exception&) {
-      continue;
-    }
-    if (key.get(probe) != key.get(cfg)) changes.push_back(fmt::format("{} {} -> {}", key.name, key.get(probe), key.get(cfg)));
+  for (const auto& [key, now] : options.printed) {
+    if (!saved[key] || !saved[key].IsScalar()) continue;
+    const std::optional<std::string> was = config::canonical_value(key, saved[key].Scalar());
+    if (!was) continue;
+    if (*was != now) changes.push_back(fmt::format("{} {} -> {}", key, *was, now));
   }
   if (!changes.empty()) spdlog::info("resuming with changed keys: {}", fmt::join(changes, ", "));
 }
@@ -160,13 +149,13 @@ void load_into(const Verified& v, torch::nn::Module& model, torch::optim::Optimi
 
 // What restore() and load() both require of a verified step-N directory: its manifest says step N, and the
 // keys that fix the model's and optimizer's shapes match the config.
-void check_loadable(const Verified& v, int64_t step, const config::Config& cfg, const Topology& topology,
+void check_loadable(const Verified& v, int64_t step, const CheckpointOptions& options, const Topology& topology,
                     const std::string& dir) {
   if (v.manifest.state.step != step)
     throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, v.manifest.state.step));
-  check_frozen_keys(v.manifest, cfg, dir);
-  check_global_batch(v.manifest, cfg, topology.world_size, dir);
-  log_new_layout(v.manifest, cfg, topology);
+  check_frozen_keys(v.manifest, options, dir);
+  check_global_batch(v.manifest, options.layout, topology.world_size, dir);
+  log_new_layout(v.manifest, options.layout, topology);
 }
 
 TrainState load_and_report(const Verified& v, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
@@ -192,13 +181,13 @@ bool can_resume(const config::Config& cfg) {
   return false;
 }
 
-Checkpointer::Checkpointer(const config::Config& cfg, std::string run_dir, Topology topology)
-    : cfg_(cfg), dir_(std::move(run_dir) + "/checkpoints"), topology_(std::move(topology)) {}
+Checkpointer::Checkpointer(CheckpointOptions options, std::string run_dir, Topology topology)
+    : options_(std::move(options)), dir_(std::move(run_dir) + "/checkpoints"), topology_(std::move(topology)) {}
 
 void Checkpointer::set_fault_hook(std::function<void(const std::string&)> hook) { fault_hook() = std::move(hook); }
 
 bool Checkpointer::due(int64_t completed) const {
-  return cfg_.enable_checkpointing && (completed % cfg_.checkpoint_period == 0 || completed == cfg_.steps);
+  return options_.enable && (completed % options_.period == 0 || completed == options_.steps);
 }
 
 std::string Checkpointer::step_dir(int64_t step) const { return fmt::format("{}/step-{}", dir_, step); }
@@ -258,9 +247,9 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
     m.data_position = state.step;
     m.lr_schedule_position = state.step;
     m.optimizer_updates = state.step - state.skipped_steps;
-    m.frozen = frozen_values(cfg_);
+    m.frozen = options_.frozen;
     m.config_fingerprint = fingerprint(m.frozen);
-    record_layout(m, cfg_, topology_);
+    record_layout(m, options_.layout, topology_);
     if (topology_.sharded) {
       shards_started = true;
       for (const auto& entry : save_optimizer_shards(tmp, optimizer, topology_, /*ready=*/true)) {
@@ -290,7 +279,7 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
       std::lock_guard<std::mutex> lock(gen.mutex());
       a.write("cpu_generator", gen.get_state());
     });
-    const std::string config_text = config::to_yaml(cfg_);
+    const std::string& config_text = options_.config_yaml;
     put("config.yml", [&](DurableWriter& w) { w.write(config_text.data(), config_text.size()); });
     write_durably(tmp + "/manifest.yml", m.to_text());
     stage("manifest.yml");
@@ -319,10 +308,10 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
 }
 
 void Checkpointer::prune() const {
-  if (cfg_.max_num_checkpoints_to_keep <= 0) return;
+  if (options_.max_to_keep <= 0) return;
   std::vector<int64_t> all = steps();
   std::error_code ec;
-  for (size_t i = 0; i + size_t(cfg_.max_num_checkpoints_to_keep) < all.size(); ++i) {
+  for (size_t i = 0; i + size_t(options_.max_to_keep) < all.size(); ++i) {
     // Renamed first, so a crash half-way through the delete never leaves a damaged step-N behind.
     const std::string doomed = fmt::format("{}/.deleting-step-{}", dir_, all[i]);
     fs::rename(step_dir(all[i]), doomed, ec);
@@ -332,16 +321,17 @@ void Checkpointer::prune() const {
 }
 
 TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
-  if (!cfg_.resume) return {};
+  if (!options_.resume) return {};
   remove_leftovers();
   std::vector<int64_t> candidates = steps();
-  if (cfg_.load_checkpoint_step > 0) {
-    if (std::find(candidates.begin(), candidates.end(), cfg_.load_checkpoint_step) == candidates.end())
-      throw InputError(fmt::format("load_checkpoint_step={}: there is no checkpoint '{}'{}", cfg_.load_checkpoint_step,
-                                   step_dir(cfg_.load_checkpoint_step),
+  if (options_.load_checkpoint_step > 0) {
+    if (std::find(candidates.begin(), candidates.end(), options_.load_checkpoint_step) == candidates.end())
+      throw InputError(fmt::format("load_checkpoint_step={}: there is no checkpoint '{}'{}",
+                                   options_.load_checkpoint_step,
+                                   step_dir(options_.load_checkpoint_step),
                                    candidates.empty() ? std::string()
                                                       : fmt::format(" (available: {})", fmt::join(candidates, ", "))));
-    candidates = {cfg_.load_checkpoint_step};
+    candidates = {options_.load_checkpoint_step};
   }
   std::string first_error;
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
@@ -350,17 +340,17 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
     try {
       v = verify(dir, topology_);
     } catch (const CorruptCheckpointError& e) {
-      if (cfg_.load_checkpoint_step > 0) throw;
+      if (options_.load_checkpoint_step > 0) throw;
       if (first_error.empty()) first_error = e.what();
       spdlog::warn("{}; falling back to the previous checkpoint", e.what());
       continue;
     }
-    check_loadable(v, *it, cfg_, topology_, dir);
-    if (v.manifest.state.step > cfg_.steps)
+    check_loadable(v, *it, options_, topology_, dir);
+    if (v.manifest.state.step > options_.steps)
       throw InputError(fmt::format("checkpoint '{}' is at step {}, past steps={}; raise steps or pick an earlier "
                                    "load_checkpoint_step",
-                                   dir, v.manifest.state.step, cfg_.steps));
-    log_changed_keys(v, cfg_);
+                                   dir, v.manifest.state.step, options_.steps));
+    log_changed_keys(v, options_);
     return load_and_report(v, model, optimizer, topology_, dir);
   }
   if (!first_error.empty())
@@ -372,7 +362,7 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
 TrainState Checkpointer::load(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   const std::string dir = step_dir(step);
   Verified v = verify(dir, topology_);
-  check_loadable(v, step, cfg_, topology_, dir);
+  check_loadable(v, step, options_, topology_, dir);
   return load_and_report(v, model, optimizer, topology_, dir);
 }
 

@@ -3,7 +3,7 @@
 // and manifest.yml (format version, step, data and LR positions, frozen-key fingerprint, and the size
 // and CRC-32 of every file). See docs/reliability.md.
 //
-//   Checkpointer ckpt(cfg, run_dir);
+//   Checkpointer ckpt(CheckpointOptions::from_config(cfg), run_dir);
 //   TrainState state = ckpt.restore(*model, optimizer);   // state.step == 0 when there is nothing to resume
 //   ...after optimizer step s (0-based):
 //   if (ckpt.due(s + 1)) ckpt.save({s + 1, skipped, in_a_row}, *model, optimizer);
@@ -20,10 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/CheckpointOptions.h"
 #include "checkpoint/Manifest.h"
 #include "checkpoint/OptimizerShards.h"
-#include "config/Config.h"
 
+namespace shadowgrad::config {
+struct Config;
+}
 namespace torch::nn {
 class Module;
 }
@@ -35,7 +38,8 @@ namespace shadowgrad::checkpoint {
 
 class Checkpointer {
  public:
-  Checkpointer(const config::Config& cfg, std::string run_dir, Topology topology = {});
+  Checkpointer(CheckpointOptions options, std::string run_dir, Topology topology = {});
+  const CheckpointOptions& options() const { return options_; }
 
   // True when enable_checkpointing is on and `completed_steps` is a multiple of checkpoint_period or
   // the last step of the run.
@@ -71,7 +75,7 @@ class Checkpointer {
   void remove_leftovers() const;
   void prune() const;
 
-  const config::Config& cfg_;
+  CheckpointOptions options_;
   std::string dir_;  // <run_dir>/checkpoints
   Topology topology_;
 };

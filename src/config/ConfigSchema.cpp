@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <limits>
 
 #include <fmt/format.h>
@@ -145,6 +146,18 @@ const KeySpec* find_key(const std::string& name) {
   for (const auto& k : schema())
     if (k.name == name) return &k;
   return nullptr;
+}
+
+std::optional<std::string> canonical_value(const std::string& name, const std::string& text) {
+  const KeySpec* key = find_key(name);
+  if (!key) return std::nullopt;
+  Config probe;
+  try {
+    key->set(probe, text);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return key->get(probe);
 }
 
 std::string suggest_key(const std::string& unknown) {

@@ -5,6 +5,7 @@
 //   for (const auto& key : shadowgrad::config::schema()) std::cout << key.name << ": " << key.help;
 //   shadowgrad::config::find_key("steps")->set(cfg, "20");   // throws ConfigError on "twenty"
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ const std::vector<KeySpec>& schema();
 
 // nullptr when there is no such key.
 const KeySpec* find_key(const std::string& name);
+
+// `text` as key `name` prints once parsed ("1e-3" -> "0.001"), for comparing a saved config with a printed one;
+// nullopt when there is no such key or `text` does not parse as its value.
+std::optional<std::string> canonical_value(const std::string& name, const std::string& text);
 
 // The closest key name by edit distance, ignoring case, or "" when nothing is close.
 std::string suggest_key(const std::string& unknown);

@@ -3,16 +3,13 @@
 // the global batch of a step never depends on how it is later split into microbatches or processes,
 // which is what makes GA-vs-no-GA and 1-vs-N-process runs comparable step by step.
 //
-//   auto source = shadowgrad::data::make_source(cfg);
+//   auto source = shadowgrad::data::make_source(DataOptions::from_config(cfg));
 //   Batch b = source->examples(step, first, count);   // examples [first, first+count) of step's global batch
 #include <cstdint>
 #include <memory>
 
 #include "data/Batch.h"
-
-namespace shadowgrad::config {
-struct Config;
-}
+#include "data/DataOptions.h"
 
 namespace shadowgrad::data {
 
@@ -29,13 +26,13 @@ class DataSource {
   virtual int64_t eval_capacity() const = 0;
 };
 
-// Builds the source the config asks for. Throws DataError for a missing, empty, binary, malformed or too-short
+// Builds the source the options ask for. Throws DataError for a missing, empty, binary, malformed or too-short
 // file, a token >= vocab_size, or a tokenizer_path that does not load or has more pieces than vocab_size.
-std::unique_ptr<DataSource> make_source(const config::Config& cfg);
+std::unique_ptr<DataSource> make_source(const DataOptions& options);
 // The held-out source for eval_loss: eval_dataset_path in dataset_type's format, or the synthetic generator;
 // nullptr when eval_interval <= 0. Throws DataError as make_source does, and when the eval file is the training
 // file.
-std::unique_ptr<DataSource> make_eval_source(const config::Config& cfg);
+std::unique_ptr<DataSource> make_eval_source(const DataOptions& options);
 
 // A 64-bit hash of (seed, step, index): the per-example random stream both sources draw from.
 uint64_t example_hash(uint64_t seed, int64_t step, int64_t index);

@@ -10,8 +10,6 @@
 #include <spdlog/spdlog.h>
 
 #include "accumulate/ShadowAccumulator.h"
-#include "config/Config.h"
-#include "config/ConfigWriter.h"
 #include "distributed/BucketedReduce.h"
 #include "distributed/Communicator.h"
 #include "distributed/Environment.h"
@@ -28,22 +26,19 @@ uint64_t checksum(const std::vector<at::Tensor>& tensors) {
   return h;
 }
 
-std::shared_ptr<DataParallel> DataParallel::from_environment(const config::Config& cfg, c10::Device device) {
+std::shared_ptr<DataParallel> DataParallel::from_environment(const DataParallelOptions& options, c10::Device device) {
   const ProcessEnvironment env = ProcessEnvironment::from_environment();
   if (!env.distributed()) return nullptr;
   spdlog::info("rendezvous: rank {} of {} at {}:{} (timeout {} s)", env.rank, env.world_size, env.master_addr,
-               env.master_port, cfg.collective_timeout_s);
-  return std::make_shared<DataParallel>(Communicator::connect(env, cfg.collective_timeout_s, device), cfg);
+               env.master_port, options.collective_timeout_s);
+  return std::make_shared<DataParallel>(Communicator::connect(env, options.collective_timeout_s, device), options);
 }
 
-DataParallel::DataParallel(std::shared_ptr<Communicator> comm, const config::Config& cfg)
+DataParallel::DataParallel(std::shared_ptr<Communicator> comm, const DataParallelOptions& options)
     : comm_(std::move(comm)),
-      bucket_bytes_(std::max<int64_t>(1, std::llround(cfg.grad_reduce_bucket_mb * double(1 << 20)))),
-      shard_optimizer_(cfg.shard_optimizer_over_data),
-      config_hash_([&] {
-        const std::string yaml = config::to_yaml(cfg);
-        return util::fnv1a64(yaml.data(), yaml.size());
-      }()) {}
+      bucket_bytes_(std::max<int64_t>(1, std::llround(options.bucket_mb * double(1 << 20)))),
+      shard_optimizer_(options.shard_optimizer),
+      config_hash_(options.config_hash) {}
 
 DataParallel::~DataParallel() = default;
 

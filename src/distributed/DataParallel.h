@@ -1,7 +1,8 @@
 #pragma once
 // Data parallelism for the train step: what each process does differently from a single process.
 //
-//   auto dp = DataParallel::from_environment(cfg, device);   // nullptr for one process (no RANK/WORLD_SIZE)
+//   auto dp = DataParallel::from_environment(DataParallelOptions::from_config(cfg), device);
+//                                            // nullptr for one process (no RANK/WORLD_SIZE)
 //   first example of this process's shard:   dp->rank() * local_batch
 //   before the microbatch loop:              tokens = dp->global_tokens(local_tokens)   // loss scale is global
 //   after the LAST microbatch, once:         dp->reduce_gradients(accumulator)          // bucketed fp32 sum
@@ -16,9 +17,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
-namespace shadowgrad::config {
-struct Config;
-}
+#include "distributed/DataParallelOptions.h"
+
 namespace shadowgrad::accumulate {
 class ShadowAccumulator;
 }
@@ -31,8 +31,8 @@ struct ProcessEnvironment;
 class DataParallel {
  public:
   // Connects through c10d::TCPStore when the environment describes several processes; nullptr otherwise.
-  static std::shared_ptr<DataParallel> from_environment(const config::Config& cfg, c10::Device device);
-  DataParallel(std::shared_ptr<Communicator> comm, const config::Config& cfg);
+  static std::shared_ptr<DataParallel> from_environment(const DataParallelOptions& options, c10::Device device);
+  DataParallel(std::shared_ptr<Communicator> comm, const DataParallelOptions& options);
   ~DataParallel();
 
   int rank() const;

@@ -11,7 +11,7 @@
 
 namespace shadowgrad::train {
 
-checkpoint::Topology checkpoint_topology(const config::Config& cfg, TrainStep& step) {
+checkpoint::Topology checkpoint_topology(TrainStep& step) {
   checkpoint::Topology t;
   for (const auto& p : step.model()->parameters())
     if (p.requires_grad()) t.params.push_back(p);  // the parameters ZeRO-1 flattens, in its order
@@ -25,7 +25,9 @@ checkpoint::Topology checkpoint_topology(const config::Config& cfg, TrainStep& s
     t.shard_begin = zero->shard_begin();
     t.shard_owned = zero->shard_owned();
   }
-  t.make_whole_optimizer = [cfg](const std::vector<at::Tensor>& params) { return make_optimizer(cfg, params); };
+  t.make_whole_optimizer = [options = step.options().optimizer](const std::vector<at::Tensor>& params) {
+    return make_optimizer(options, params);
+  };
   return t;
 }
 

@@ -14,7 +14,8 @@
 namespace shadowgrad::train {
 
 Evaluator::Evaluator(const config::Config& c, int world_size)
-    : source_(data::make_eval_source(c)), interval_(c.eval_interval), last_step_(c.steps),
+    : source_(data::make_eval_source(data::DataOptions::from_config(c))), interval_(c.eval_interval),
+      last_step_(c.steps),
       batch_(c.eval_per_device_batch_size > 0 ? c.eval_per_device_batch_size : c.per_device_batch_size),
       world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens),
       fused_kernels_(c.fused_kernels) {

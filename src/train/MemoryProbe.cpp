@@ -25,14 +25,14 @@ memory::MemoryReport memory_report(TrainStep& step, const memory::MemoryMeter& m
 memory::MemoryReport probe_memory(const config::Config& config) {
   config::Config cfg = config;
   const c10::Device device = resolve_device(cfg.hardware);
-  auto source = data::make_source(cfg);
+  auto source = data::make_source(data::DataOptions::from_config(cfg));
   configure_threads(cfg.num_threads);
   configure_allocator_cache(cfg.cpu_allocator_cache_mib);
   memory::MemoryMeter meter(device);
   model::Decoder model(model::DecoderOptions::from_config(cfg));
   model->to(device);
   fit_microbatch(cfg, model, *source, device, nullptr, distributed::ProcessEnvironment::from_environment().world_size);
-  TrainStep step(cfg, model, *source, device);
+  TrainStep step(StepOptions::from_config(cfg), model, *source, device);
   meter.begin_step();
   step.run(0);
   meter.end_step();
@@ -45,11 +45,11 @@ namespace {
 // as in training. The probe's TrainStep and its shadow tree are gone when this returns.
 int64_t forward_backward_peak(const config::Config& cfg, model::Decoder& model, const data::DataSource& source,
                               c10::Device device, int64_t microbatch) {
-  config::Config probe = cfg;
-  probe.per_device_batch_size = microbatch;
-  probe.gradient_accumulation_steps = 1;
-  probe.grad_fidelity_period = 0;
-  probe.gradient_noise_scale = false;  // its K=1 note would be logged once per probe, about a step that is not the run's
+  StepOptions probe = StepOptions::from_config(cfg);
+  probe.microbatch = microbatch;
+  probe.accumulation_steps = 1;
+  probe.fidelity_period = 0;
+  probe.noise_scale = false;  // its K=1 note would be logged once per probe, about a step that is not the run's
   TrainStep step(probe, model, source, device);
   memory::MemoryMeter meter(device);
   meter.begin_step();
@@ -67,7 +67,8 @@ MicrobatchProbe probe_microbatches(const config::Config& cfg, model::Decoder& mo
   peaks.large_peak = forward_backward_peak(cfg, model, source, device, peaks.large_batch);
   int64_t elements = 0;
   for (const auto& p : model->parameters()) elements += p.numel();
-  const int64_t full_state = optimizer_state_bytes_after_update(cfg, elements);
+  const int64_t full_state = optimizer_state_bytes_after_update(OptimizerOptions::from_config(cfg),
+                                                                config::scalar_type(cfg.weight_dtype), elements);
   const bool sharded = cfg.shard_optimizer_over_data && world_size > 1;
   const int64_t state = sharded ? (full_state + world_size - 1) / world_size : full_state;
   out.model = memory::MicrobatchModel::fit(peaks, state);

@@ -9,8 +9,6 @@
 #include <torch/optim/optimizer.h>
 
 #include "accumulate/StochasticRounding.h"
-#include "config/Config.h"
-#include "config/Dtypes.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
 #include "distributed/ShardedOptimizer.h"
@@ -29,41 +27,36 @@ std::function<bool(int64_t)>& nan_fault_hook() {
 
 void TrainStep::set_nan_fault_hook(std::function<bool(int64_t)> hook) { nan_fault_hook() = std::move(hook); }
 
-TrainStep::TrainStep(const config::Config& c, model::Decoder model, const data::DataSource& source, c10::Device device,
+TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::DataSource& source, c10::Device device,
                      std::shared_ptr<distributed::DataParallel> dp)
-    : model_(std::move(model)),
+    : options_(o),
+      model_(std::move(model)),
       source_(source),
       device_(device),
-      micro_batch_(c.per_device_batch_size),
-      micro_steps_(c.gradient_accumulation_steps),
-      clip_threshold_(c.gradient_clipping_threshold),
-      loss_chunk_tokens_(c.loss_chunk_tokens),
-      fused_kernels_(c.fused_kernels),
-      schedule_(c.learning_rate, c.schedule_steps(), c.warmup_steps_fraction, c.cosine_learning_rate_final_fraction),
-      fidelity_period_(c.grad_fidelity_period),
-      accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(),
-                                                                   config::scalar_type(c.grad_dtype))),
+      micro_batch_(o.microbatch),
+      micro_steps_(o.accumulation_steps),
+      schedule_(o.peak_lr, o.schedule_steps, o.warmup_fraction, o.final_lr_fraction),
+      accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(), o.grad_dtype)),
       dp_(std::move(dp)),
       zero_(dp_ && dp_->shard_optimizer() ? std::make_unique<distributed::ShardedOptimizer>(
                                                 dp_->shared_communicator(), model_->parameters(), dp_->bucket_bytes())
                                           : nullptr),
-      optimizer_(make_optimizer(c, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
+      optimizer_(make_optimizer(o.optimizer, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
   if (dp_) dp_->verify_same_start(model_->parameters());
   // The gradient noise scale needs a small batch besides the global one: two microbatches over all processes.
   const bool small_batches = micro_steps_ * (dp_ ? dp_->world_size() : 1) >= 2;
-  if (c.gradient_noise_scale && small_batches) noise_ = std::make_unique<NoiseScale>(c.gns_ema_decay);
-  if (c.gradient_noise_scale && !small_batches)
+  if (o.noise_scale && small_batches) noise_ = std::make_unique<NoiseScale>(o.noise_ema_decay);
+  if (o.noise_scale && !small_batches)
     spdlog::info("gradient_noise_scale: one microbatch per step on one process has no small batch to compare with "
                  "the global batch, so no noise scale is logged (it needs gradient_accumulation_steps >= 2 or "
                  "several processes)");
   accumulator_->set_measure_sq_norms(noise_ != nullptr);
   // Each process rounds its own microbatches: its rank is part of the seed, so their bits differ.
-  accumulator_->set_rounding(c.grad_accum_rounding == config::GradRounding::stochastic ? accumulate::Rounding::kStochastic
-                                                                                      : accumulate::Rounding::kNearest,
-                             accumulate::rounding_key(uint64_t(c.grad_accum_rounding_seed),
-                                                      {uint64_t(dp_ ? dp_->rank() : 0)}));
+  accumulator_->set_rounding(o.rounding == config::GradRounding::stochastic ? accumulate::Rounding::kStochastic
+                                                                           : accumulate::Rounding::kNearest,
+                             accumulate::rounding_key(o.rounding_seed, {uint64_t(dp_ ? dp_->rank() : 0)}));
   // Gradients reach the shadow tree in the compute dtype, straight from the cast (see FoldingCast.h).
-  if (!c.fold_in_compute_dtype) return;
+  if (!o.fold_in_compute_dtype) return;
   auto* engine = accumulator_.get();
   model_->set_weight_casts(
       {[engine](const at::Tensor& p, c10::ScalarType dtype) { return engine->cast(p, dtype); },
@@ -104,7 +97,7 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
 
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions(device_).dtype(at::kDouble));
   // The window is numbered by the step, so stochastic rounding draws the same bits after a resume.
-  accumulator_->begin(step, fidelity_period_ > 0 && (step + 1) % fidelity_period_ == 0);
+  accumulator_->begin(step, options_.fidelity_period > 0 && (step + 1) % options_.fidelity_period == 0);
   std::vector<int64_t> micro_tokens;
   sums.data_s += seconds_since(mark);
   for (int64_t m = 0; m < micro_steps_; ++m) {
@@ -113,9 +106,9 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
     if (noise_) micro_tokens.push_back(micro.valid_tokens());
     auto tokens = micro.tokens.to(device_), targets = micro.targets.to(device_);
     sums.data_s += seconds_since(mark);
-    at::Tensor loss = loss_chunk_tokens_ > 0
+    at::Tensor loss = options_.loss_chunk_tokens > 0
                           ? linear_token_loss_sum(model_->hidden(tokens), model_->output_weight(), targets,
-                                                  loss_chunk_tokens_, fused_kernels_)
+                                                  options_.loss_chunk_tokens, options_.fused_kernels)
                           : token_loss_sum(model_->forward(tokens), targets);
     sums.forward_s += seconds_since(mark);
     (loss * inv_tokens).backward();
@@ -211,7 +204,7 @@ StepStats TrainStep::run(int64_t step) {
     s.noise = noise_->update(sums.noise.folded_sq, sums.noise.micro_tokens, sums.noise.big_sq, sums.tokens);
     s.grad_sq_norm_global_fp32 = sums.noise.big_sq_fp32;
   }
-  s.grad_norm = accumulator_->clip_global_norm_(clip_threshold_);
+  s.grad_norm = accumulator_->clip_global_norm_(options_.clip_threshold);
   s.lr = schedule_(step);
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   if (s.skipped) {

@@ -5,8 +5,9 @@
 // A non-finite loss or gradient norm skips the update (StepStats::skipped): the shadow is zeroed and
 // neither the parameters nor the optimizer state change.
 //
-//   TrainStep step(cfg, model, *source, device);       // one process
-//   TrainStep step(cfg, model, *source, device, dp);   // data parallel: dp from DataParallel::from_environment
+//   auto options = StepOptions::from_config(cfg);
+//   TrainStep step(options, model, *source, device);       // one process
+//   TrainStep step(options, model, *source, device, dp);   // data parallel: dp from DataParallel::from_environment
 //   StepStats s = step.run(0);
 //
 // With several processes, each takes its own slice [rank*local, (rank+1)*local) of the same global batch, the
@@ -23,12 +24,10 @@
 #include "model/Decoder.h"
 #include "train/LrSchedule.h"
 #include "train/NoiseScale.h"
+#include "train/StepOptions.h"
 
 namespace torch::optim {
 class Optimizer;
-}
-namespace shadowgrad::config {
-struct Config;
 }
 namespace shadowgrad::data {
 class DataSource;
@@ -91,7 +90,7 @@ class TrainStep {
   // would; it exercises the non-finite guard (tests/test_checkpoint.cpp; the trainer binary reads it from
   // SHADOWGRAD_TEST_NAN_STEPS). Not a config key: users never need it.
   static void set_nan_fault_hook(std::function<bool(int64_t step)> hook);
-  TrainStep(const config::Config& cfg, model::Decoder model, const data::DataSource& source, c10::Device device,
+  TrainStep(const StepOptions& options, model::Decoder model, const data::DataSource& source, c10::Device device,
             std::shared_ptr<distributed::DataParallel> dp = nullptr);
   ~TrainStep();
 
@@ -107,6 +106,7 @@ class TrainStep {
   // ZeRO-1's slice of the optimizer state; null without shard_optimizer_over_data (or with one process).
   const distributed::ShardedOptimizer* sharded_optimizer() const { return zero_.get(); }
   model::Decoder& model() { return model_; }
+  const StepOptions& options() const { return options_; }
   // The gradient noise scale's EMAs (null when gradient_noise_scale is off or there is one microbatch in all):
   // restored from and saved into checkpoints.
   NoiseScale* noise_scale() { return noise_.get(); }
@@ -118,15 +118,12 @@ class TrainStep {
   // gradient reduction's last bucket (`rider`), and the reduced tree's squared norm.
   at::Tensor noise_rider(const std::vector<int64_t>& micro_tokens);
   void read_noise_inputs(const at::Tensor& rider, const std::vector<int64_t>& micro_tokens, NoiseScaleInputs& out);
+  StepOptions options_;
   model::Decoder model_;
   const data::DataSource& source_;
   c10::Device device_;
   int64_t micro_batch_, micro_steps_;
-  double clip_threshold_;
-  int64_t loss_chunk_tokens_;
-  bool fused_kernels_;
   LrSchedule schedule_;
-  int64_t fidelity_period_;                     // grad_fidelity_period
   bool warned_underflow_ = false;
   bool warned_noise_ = false;
   std::unique_ptr<NoiseScale> noise_;

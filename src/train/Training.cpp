@@ -42,7 +42,7 @@ namespace shadowgrad::train {
 Training::Training(config::Config cfg)
     : cfg_(std::move(cfg)),
       device_(resolve_device(cfg_.hardware)),
-      source_(data::make_source(cfg_)),
+      source_(data::make_source(data::DataOptions::from_config(cfg_))),
       // With per_device_batch_size=auto the eval batch may follow the microbatch: built in run(), once it is known.
       evaluator_(cfg_.per_device_batch_size == config::kAuto
                      ? nullptr
@@ -70,7 +70,7 @@ struct StartPoint {
 std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c10::Device device) {
   const auto env = distributed::ProcessEnvironment::from_environment();
   if (env.distributed()) spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%^%l%$] %v", env.rank));
-  return distributed::DataParallel::from_environment(cfg, device);
+  return distributed::DataParallel::from_environment(distributed::DataParallelOptions::from_config(cfg), device);
 }
 
 // Rank 0 takes the run directory's lock (before anything looks at an existing directory), creates or reopens it
@@ -80,6 +80,7 @@ StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, mo
                     torch::optim::Optimizer& optimizer, const checkpoint::Topology& topology) {
   StartPoint start;
   const int rank = dp ? dp->rank() : 0;
+  const auto options = checkpoint::CheckpointOptions::from_config(cfg);
   if (rank == 0) {
     if (!cfg.run_name.empty()) start.lock = RunLock::acquire_if_present(checkpoint::run_dir_of(cfg));
     start.dir.emplace(RunDirectory::create(cfg, checkpoint::can_resume(cfg), config::to_yaml(cfg)));
@@ -88,7 +89,7 @@ StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, mo
                    "again from step 0",
                    start.dir->path());
     if (!start.lock) start.lock.emplace(RunLock::acquire(start.dir->path()));
-    start.checkpoints.emplace(cfg, start.dir->path(), topology);
+    start.checkpoints.emplace(options, start.dir->path(), topology);
     start.state = start.checkpoints->restore(*model, optimizer);
     start.earlier = checkpoint::truncate_metrics(start.dir->file("metrics.jsonl"), start.state.step);
   }
@@ -97,7 +98,7 @@ StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, mo
     // reads.
     const std::string run_dir = shared_run_dir(topology, start.dir ? start.dir->path() : "");
     const auto resumed = static_cast<int64_t>(dp->global_sum(rank == 0 ? double(start.state.step) : 0.0));
-    if (rank != 0) start.checkpoints.emplace(cfg, run_dir, topology);
+    if (rank != 0) start.checkpoints.emplace(options, run_dir, topology);
     if (rank != 0 && resumed > 0) start.state = start.checkpoints->load(resumed, *model, optimizer);
     if (resumed > 0) dp->verify_same_start(model->parameters());
   }
@@ -188,9 +189,9 @@ RunSummary Training::run() {
   model->to(device_);
   fit_microbatch(cfg_, model, *source_, device_, dp.get(), world);  // per_device_batch_size=auto, memory_budget_mib
   if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(cfg_, world);
-  TrainStep step(cfg_, model, *source_, device_, dp);
+  TrainStep step(StepOptions::from_config(cfg_), model, *source_, device_, dp);
 
-  StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(cfg_, step));
+  StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
   checkpoint::TrainState& state = start.state;
   if (state.step > 0 && state.step == cfg_.steps) return finish_from_disk(start, step, meter);
   if (NoiseScale* gns = step.noise_scale())  // a resumed run continues the EMAs bit for bit

@@ -1,0 +1,21 @@
+#include "distributed/DataParallelOptions.h"
+
+#include <string>
+
+#include "config/Config.h"
+#include "config/ConfigWriter.h"
+#include "util/Hash.h"
+
+namespace shadowgrad::distributed {
+
+DataParallelOptions DataParallelOptions::from_config(const config::Config& c) {
+  DataParallelOptions o;
+  o.collective_timeout_s = c.collective_timeout_s;
+  o.bucket_mb = c.grad_reduce_bucket_mb;
+  o.shard_optimizer = c.shard_optimizer_over_data;
+  const std::string yaml = config::to_yaml(c);
+  o.config_hash = util::fnv1a64(yaml.data(), yaml.size());
+  return o;
+}
+
+} // namespace shadowgrad::distributed
