@@ -173,15 +173,153 @@ RunSummary finish_from_disk(const StartPoint& start, TrainStep& step, const memo
   return summary;
 }
 
+// Threads, the allocator cache, and a warning when bf16 compute would be slow here. Returns the thread count.
+int configure_process(const config::Config& cfg, c10::Device device) {
+  const int threads = configure_threads(cfg.num_threads);
+  configure_allocator_cache(cfg.cpu_allocator_cache_mib);
+  if (cfg.dtype == config::FloatDtype::bfloat16 && device.is_cpu() && !cpu_has_avx512_bf16())
+    spdlog::warn("this CPU lacks avx512_bf16: bf16 matmul will be much slower than fp32; consider dtype=float32");
+  return threads;
+}
+
+// The run's one-line description: where it writes, its size and its global batch.
+void log_run_start(const config::Config& cfg, const StartPoint& start, TrainStep& step, int world, int threads) {
+  int64_t params = 0;
+  for (const auto& p : step.model()->parameters()) params += p.numel();
+  spdlog::info("run {} | {} parameters | K={} x {} sequences x {} tokens x {} processes = global batch {}{} | "
+               "grad_dtype={} dtype={} | {} threads",
+               start.dir ? start.dir->path() : "(written by rank 0)", params, cfg.gradient_accumulation_steps,
+               cfg.per_device_batch_size, cfg.max_target_length, world, config::global_batch(cfg, world),
+               cfg.global_batch_size > 0 ? " (global_batch_size; K derived)" : "", cfg.grad_dtype, cfg.dtype,
+               threads);
+}
+
+// A signal during start-up (model, checkpoint) stops the run before its first step.
+void stop_if_signalled_during_start_up(const StopSignals& signals, distributed::DataParallel* dp,
+                                       const checkpoint::TrainState& state) {
+  if (const int stop = agreed_stop(signals, dp))
+    throw InterruptedError(fmt::format("stopped by {} before step {}; rerun the same command to {}",
+                                       stopped_by(signals, stop), state.step + 1,
+                                       state.step > 0 ? "resume" : "start it again"),
+                           stop);
+}
+
+// The steps from the start point to the last one. Each step is followed, in this order, by its evaluation (when
+// due), its metrics.jsonl and console lines, the non-finite check, and, between steps, a checkpoint when one is due
+// or the run is stopping.
+class StepLoop {
+ public:
+  // A resumed run continues the noise scale's EMAs bit for bit. Rank 0 (the one with the run directory) opens
+  // metrics.jsonl and writes this run's config.yml.
+  StepLoop(const config::Config& cfg, TrainStep& step, Evaluator& evaluator, memory::MemoryMeter& meter,
+           const StopSignals& signals, StartPoint& start, c10::Device device)
+      : cfg_(cfg), step_(step), evaluator_(evaluator), meter_(meter), signals_(signals), start_(start),
+        device_(device), progress_(cfg.steps, cfg.log_period, start.dir.has_value() && stdout_is_terminal()),
+        guard_(cfg.max_consecutive_nonfinite, start.state), earlier_steps_(start.state.step) {
+    if (NoiseScale* gns = step.noise_scale())
+      gns->set_state({start.state.gns_ema_grad_sq, start.state.gns_ema_trace, start.state.gns_updates});
+    if (start.dir) {
+      std::error_code ec;
+      std::filesystem::remove(start.dir->file("summary.json"), ec);  // present only if a finished run is extended
+      write_file_atomically(start.dir->file("config.yml"), config::to_yaml(cfg));
+      metrics_.emplace(start.dir->file("metrics.jsonl"));
+    }
+    summary_.run_dir = start.dir ? start.dir->path() : "";
+    summary_.first_loss = start.earlier.first_loss;
+    summary_.eval_loss = start.earlier.eval_loss;  // a resumed run without a later evaluation keeps the last one
+  }
+
+  RunSummary run() {
+    const checkpoint::TrainState& state = start_.state;
+    StepProfiler profiler(start_.dir ? start_.dir->file("profile.trace.json") : "",
+                          state.step + cfg_.skip_first_n_steps_for_profiler,
+                          cfg_.profiler == config::Profiler::trace && start_.dir ? cfg_.profiler_steps : 0);
+    for (int64_t s = state.step; s < cfg_.steps; ++s) {
+      meter_.begin_step();
+      profiler.before_step(s);
+      const StepStats st = step_.run(s);
+      profiler.after_step(s);
+      const int64_t peak = meter_.end_step();
+      record(s, st);
+      const bool evaluated = evaluator_.due(s + 1);
+      const auto eval_start = std::chrono::steady_clock::now();
+      if (evaluated) summary_.eval_loss = evaluator_.run(step_.model(), device_, step_.data_parallel());
+      const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+      if (st.noise) summary_.gns_tokens = st.noise->gns_tokens;
+      if (metrics_) report(s, st, peak, evaluated, eval_s);
+      guard_.check(st);
+      checkpoint_or_stop(s);
+    }
+    progress_.finish();
+    summary_.steps = cfg_.steps;
+    summary_.avg_tokens_per_s = summary_.seconds > 0 ? total_tokens_ / summary_.seconds : 0;
+    summary_.peak_mem_bytes = meter_.run_peak();
+    return summary_;
+  }
+
+ private:
+  // The step's loss, tokens and time in the run's totals.
+  void record(int64_t s, const StepStats& st) {
+    guard_.record(st);
+    total_tokens_ += st.tokens;
+    summary_.seconds += st.seconds;
+    if (s == 0) summary_.first_loss = st.loss;
+    summary_.final_loss = st.loss;
+    if (s == 0 && step_.data_parallel()) log_optimizer_state(step_, *step_.data_parallel());
+  }
+
+  // metrics.jsonl's line for the step (with eval_loss when it evaluated) and the console's.
+  void report(int64_t s, const StepStats& st, int64_t peak, bool evaluated, double eval_s) {
+    JsonNumbers fields = step_metrics(st, peak, start_.state.skipped_steps);
+    if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary_.eval_loss}, {"eval_s", eval_s}});
+    metrics_->write(fields);
+    const double eta = summary_.seconds / double(s + 1 - earlier_steps_) * double(cfg_.steps - s - 1);
+    const double shown_eval = std::isnan(summary_.eval_loss) ? -1 : summary_.eval_loss;
+    progress_.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak, shown_eval,
+                      st.noise ? st.noise->gns_tokens : -1.0});
+  }
+
+  // After step s: the state a checkpoint records; a checkpoint when one is due or every process is stopping (they
+  // fall between optimizer steps, where the shadow tree is zero: nothing is lost); then the stop, if any.
+  void checkpoint_or_stop(int64_t s) {
+    checkpoint::TrainState& state = start_.state;
+    state.step = s + 1;
+    if (const NoiseScale* gns = step_.noise_scale()) {
+      state.gns_ema_grad_sq = gns->state().ema_grad_sq;
+      state.gns_ema_trace = gns->state().ema_trace;
+      state.gns_updates = gns->state().updates;
+    }
+    const int stop = agreed_stop(signals_, step_.data_parallel());
+    if (start_.checkpoints && (start_.checkpoints->due(state.step) || (stop && cfg_.enable_checkpointing)))
+      start_.checkpoints->save(state, *step_.model(), step_.optimizer());
+    if (!stop) return;
+    progress_.finish();
+    throw InterruptedError(fmt::format("stopped by {} after step {}; rerun the same command to {}",
+                                       stopped_by(signals_, stop), state.step,
+                                       cfg_.enable_checkpointing ? "resume" : "start it again (no checkpoint)"),
+                           stop);
+  }
+
+  const config::Config& cfg_;
+  TrainStep& step_;
+  Evaluator& evaluator_;
+  memory::MemoryMeter& meter_;
+  const StopSignals& signals_;
+  StartPoint& start_;
+  c10::Device device_;
+  std::optional<MetricsWriter> metrics_;  // rank 0 only
+  Progress progress_;
+  NonFiniteGuard guard_;
+  RunSummary summary_;
+  const int64_t earlier_steps_;  // steps done before this process started (resumed from the checkpoint)
+  int64_t total_tokens_ = 0;
+};
+
 } // namespace
 
 RunSummary Training::run() {
   StopSignals signals;  // first: a signal while the model is built and the checkpoint loaded stops before step 1
-  const int threads = configure_threads(cfg_.num_threads);
-  configure_allocator_cache(cfg_.cpu_allocator_cache_mib);
-  if (cfg_.dtype == config::FloatDtype::bfloat16 && device_.is_cpu() && !cpu_has_avx512_bf16())
-    spdlog::warn("this CPU lacks avx512_bf16: bf16 matmul will be much slower than fp32; consider dtype=float32");
-
+  const int threads = configure_process(cfg_, device_);
   memory::MemoryMeter meter(device_);  // before the model, so its set-up counts in the run's peak
   auto dp = connect(cfg_, device_);
   const int world = dp ? dp->world_size() : 1;
@@ -192,92 +330,11 @@ RunSummary Training::run() {
   TrainStep step(StepOptions::from_config(cfg_), model, *source_, device_, dp);
 
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
-  checkpoint::TrainState& state = start.state;
-  if (state.step > 0 && state.step == cfg_.steps) return finish_from_disk(start, step, meter);
-  if (NoiseScale* gns = step.noise_scale())  // a resumed run continues the EMAs bit for bit
-    gns->set_state({state.gns_ema_grad_sq, state.gns_ema_trace, state.gns_updates});
-  std::optional<MetricsWriter> metrics;
-  if (start.dir) {
-    std::error_code ec;
-    std::filesystem::remove(start.dir->file("summary.json"), ec);  // present only if a finished run is being extended
-    write_file_atomically(start.dir->file("config.yml"), config::to_yaml(cfg_));
-    metrics.emplace(start.dir->file("metrics.jsonl"));
-  }
-
-  int64_t params = 0;
-  for (const auto& p : model->parameters()) params += p.numel();
-  spdlog::info("run {} | {} parameters | K={} x {} sequences x {} tokens x {} processes = global batch {}{} | "
-               "grad_dtype={} dtype={} | {} threads",
-               start.dir ? start.dir->path() : "(written by rank 0)", params, cfg_.gradient_accumulation_steps,
-               cfg_.per_device_batch_size, cfg_.max_target_length, world, config::global_batch(cfg_, world),
-               cfg_.global_batch_size > 0 ? " (global_batch_size; K derived)" : "", cfg_.grad_dtype, cfg_.dtype,
-               threads);
-
-  Progress progress(cfg_.steps, cfg_.log_period, start.dir.has_value() && stdout_is_terminal());
-  RunSummary summary;
-  summary.run_dir = start.dir ? start.dir->path() : "";
-  summary.first_loss = start.earlier.first_loss;
-  summary.eval_loss = start.earlier.eval_loss;  // a resumed run without a later evaluation keeps the last one
-  const int64_t earlier_steps = state.step;
-  int64_t total_tokens = 0;
-  NonFiniteGuard guard(cfg_.max_consecutive_nonfinite, state);
-  if (const int stop = agreed_stop(signals, dp.get()))  // during start-up
-    throw InterruptedError(fmt::format("stopped by {} before step {}; rerun the same command to {}",
-                                       stopped_by(signals, stop), state.step + 1,
-                                       state.step > 0 ? "resume" : "start it again"),
-                           stop);
-  StepProfiler profiler(start.dir ? start.dir->file("profile.trace.json") : "",
-                        state.step + cfg_.skip_first_n_steps_for_profiler,
-                        cfg_.profiler == config::Profiler::trace && start.dir ? cfg_.profiler_steps : 0);
-  for (int64_t s = state.step; s < cfg_.steps; ++s) {
-    meter.begin_step();
-    profiler.before_step(s);
-    StepStats st = step.run(s);
-    profiler.after_step(s);
-    const int64_t peak = meter.end_step();
-    guard.record(st);
-    total_tokens += st.tokens;
-    summary.seconds += st.seconds;
-    if (s == 0) summary.first_loss = st.loss;
-    summary.final_loss = st.loss;
-    if (s == 0 && dp) log_optimizer_state(step, *dp);
-    const bool evaluated = evaluator_->due(s + 1);
-    const auto eval_start = std::chrono::steady_clock::now();
-    if (evaluated) summary.eval_loss = evaluator_->run(model, device_, dp.get());
-    const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
-    if (st.noise) summary.gns_tokens = st.noise->gns_tokens;
-    if (metrics) {
-      JsonNumbers fields = step_metrics(st, peak, state.skipped_steps);
-      if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary.eval_loss}, {"eval_s", eval_s}});
-      metrics->write(fields);
-      const double eta = summary.seconds / double(s + 1 - earlier_steps) * double(cfg_.steps - s - 1);
-      const double shown_eval = std::isnan(summary.eval_loss) ? -1 : summary.eval_loss;
-      progress.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak, shown_eval,
-                       st.noise ? st.noise->gns_tokens : -1.0});
-    }
-    guard.check(st);
-    // Checkpoints fall between optimizer steps, where the shadow tree is zero: nothing is lost.
-    state.step = s + 1;
-    if (const NoiseScale* gns = step.noise_scale()) {
-      state.gns_ema_grad_sq = gns->state().ema_grad_sq;
-      state.gns_ema_trace = gns->state().ema_trace;
-      state.gns_updates = gns->state().updates;
-    }
-    const int stop = agreed_stop(signals, dp.get());
-    if (start.checkpoints && (start.checkpoints->due(state.step) || (stop && cfg_.enable_checkpointing)))
-      start.checkpoints->save(state, *model, step.optimizer());
-    if (stop) {
-      progress.finish();
-      throw InterruptedError(fmt::format("stopped by {} after step {}; rerun the same command to {}",
-                                         stopped_by(signals, stop), state.step,
-                                         cfg_.enable_checkpointing ? "resume" : "start it again (no checkpoint)"),
-                             stop);
-    }
-  }
-  progress.finish();
-  summary.steps = cfg_.steps;
-  summary.avg_tokens_per_s = summary.seconds > 0 ? total_tokens / summary.seconds : 0;
-  summary.peak_mem_bytes = meter.run_peak();
+  if (start.state.step > 0 && start.state.step == cfg_.steps) return finish_from_disk(start, step, meter);
+  StepLoop loop(cfg_, step, *evaluator_, meter, signals, start, device_);  // opens metrics.jsonl, writes config.yml
+  log_run_start(cfg_, start, step, world, threads);
+  stop_if_signalled_during_start_up(signals, dp.get(), start.state);
+  RunSummary summary = loop.run();
   if (start.dir) write_end_of_run_files(*start.dir, summary, memory_report(step, meter, cfg_.steps));
   return summary;
 }
