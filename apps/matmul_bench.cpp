@@ -19,7 +19,7 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: matmul_bench [--threads N] [--seconds S] [--model E,MLP,VOCAB,TOKENS,HEADS,HEAD_DIM]\n"
+    "usage: matmul_bench [--threads N] [--seconds S] [--model E,MLP,VOCAB,TOKENS,HEADS,HEAD_DIM] | --help\n"
     "Times at::linear / batched at::matmul in bf16 and fp32 at 2048^3 and at the model's shapes (default: the seed\n"
     "model 512,2048,32000,512,8,64); prints one tab-separated line per measurement: name, M, N, K, batch, dtype, GF/s.\n"
     "Cost: about 2 x (shapes) x S seconds (S default 1).\n";

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs missing packages, builds everything, and runs the whole suite through ctest: Catch2, the Python
 # unittests (ctest python) and the installed package with its out-of-tree example (ctest package).
-# Cost: ~9 min from scratch on 2 cores (apt ~1 min, build ~3.5 min, tests ~4 min); CI runs exactly this.
+# Cost: ~7.5 min from scratch on 2 cores (apt ~40 s, build ~3.5 min, tests ~3.5 min); CI runs exactly this.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"
@@ -9,6 +9,6 @@ install_missing_packages
 build_shadowgrad
 cd "$SHADOWGRAD_ROOT/build"
 # Twice as many tests as cores: many of them mostly wait (process start-up, torchrun's rendezvous, collective
-# timeouts), so with one test per core the cores sat idle about a third of the time (291 s against 235 s at -j4,
-# 2 cores, 2026-12-01).
+# timeouts), so with one test per core the cores sat partly idle: 233 s at -j2 against 191 s at -j4, medians of 3
+# alternating pairs on 2 cores, 2026-12-01 (docs/setup.md).
 ctest --output-on-failure -j "$((2 * $(nproc 2>/dev/null || echo 2)))" "$@"

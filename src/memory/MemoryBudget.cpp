@@ -61,15 +61,20 @@ std::optional<MemoryHeadroom> cgroup_headroom(const std::vector<std::string>& di
   return std::nullopt;
 }
 
-std::optional<int64_t> mem_available(const std::string& root) {
-  std::ifstream in(root + "/proc/meminfo");
-  for (std::string key; in >> key;) {
+// The bytes of a "Key:   N kB" line of a /proc file (meminfo, self/status), if it has one.
+std::optional<int64_t> proc_kib_field(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  for (std::string word; in >> word;) {
     int64_t kib = 0;
-    if (key == "MemAvailable:" && in >> kib) return kib * 1024;
+    if (word == key && in >> kib) return kib * 1024;
     std::string rest;
     std::getline(in, rest);
   }
   return std::nullopt;
+}
+
+std::optional<int64_t> mem_available(const std::string& root) {
+  return proc_kib_field(root + "/proc/meminfo", "MemAvailable:");
 }
 
 } // namespace
@@ -89,14 +94,7 @@ MemoryHeadroom read_headroom(const std::string& root) {
 }
 
 int64_t resident_bytes(const std::string& root) {
-  std::ifstream in(root + "/proc/self/status");
-  for (std::string key; in >> key;) {
-    int64_t kib = 0;
-    if (key == "VmRSS:" && in >> kib) return kib * 1024;
-    std::string rest;
-    std::getline(in, rest);
-  }
-  return -1;
+  return proc_kib_field(root + "/proc/self/status", "VmRSS:").value_or(-1);
 }
 
 } // namespace shadowgrad::memory
