@@ -31,8 +31,8 @@ TRAINER_ARGS = {"trainer", "sweep.sh", "train.sh", "launch.sh", "memory_table.sh
 PROGRAM = re.compile(r"^(?:\./)?(build/[\w.-]+|scripts/[\w./-]+\.sh)$")
 
 
-def run(args, **kw):
-    return subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=REPO, **kw)
+def run(args, timeout=120, cwd=REPO, **kw):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd, **kw)
 
 
 def help_text(program):
@@ -40,7 +40,7 @@ def help_text(program):
     if not os.access(path, os.X_OK):
         return None, f"{program}: no such executable ({path})"
     try:  # --help must answer at once: a program that ignores it and starts working is a rough edge
-        r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10, cwd=REPO)
+        r = run([path, "--help"], timeout=10)
     except subprocess.TimeoutExpired:
         return None, f"{program} --help did not answer within 10 s (does it ignore --help and start working?)"
     if r.returncode != 0:
@@ -153,8 +153,7 @@ def check_exact(rel, lineno, command, expected):
     if not tokens or tokens[0] != "build/trainer":
         return [f"{where}\n    an exact example must run build/trainer"]
     with tempfile.TemporaryDirectory(prefix="doc_exact.") as scratch:
-        r = subprocess.run([os.path.join(BUILD, "trainer"), *tokens[1:]], capture_output=True, text=True,
-                           timeout=300, cwd=scratch, env=env)
+        r = run([os.path.join(BUILD, "trainer"), *tokens[1:]], timeout=300, cwd=scratch, env=env)
     said = [re.sub(r"^\[rank \d+\] ", "", l) for l in (r.stdout + r.stderr).split("\n")]
     said = [l for l in said if l.startswith("error:")]
     if r.returncode != 2 or said[-1:] != [expected]:

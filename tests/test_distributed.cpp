@@ -93,7 +93,7 @@ TEST_CASE("the rendezvous variables: one process needs none, bad values are name
   struct Saved {
     std::vector<std::pair<std::string, std::string>> vars;
     Saved() {
-      for (const char* n : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+      for (const char* n : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
         const char* v = std::getenv(n);
         vars.emplace_back(n, v ? v : "");
         unsetenv(n);
@@ -105,6 +105,11 @@ TEST_CASE("the rendezvous variables: one process needs none, bad values are name
   } saved;
   using distributed::ProcessEnvironment;
   CHECK_FALSE(ProcessEnvironment::from_environment().distributed());
+  CHECK(ProcessEnvironment::from_environment().local_world_size == 1);
+  setenv("LOCAL_WORLD_SIZE", "0", 1);
+  CHECK_THROWS_WITH(ProcessEnvironment::from_environment(), Catch::Contains("LOCAL_WORLD_SIZE='0'"));
+  setenv("LOCAL_WORLD_SIZE", "2", 1);
+  CHECK(ProcessEnvironment::from_environment().local_world_size == 2);
   setenv("WORLD_SIZE", "2", 1);
   setenv("RANK", "1", 1);
   CHECK_THROWS_WITH(ProcessEnvironment::from_environment(), Catch::Contains("MASTER_ADDR is not set"));

@@ -33,6 +33,7 @@ ProcessEnvironment ProcessEnvironment::from_environment() {
   if (const char* w = get("WORLD_SIZE")) env.world_size = parse_int("WORLD_SIZE", w, 1, 1 << 20);
   if (const char* r = get("RANK")) env.rank = parse_int("RANK", r, 0, env.world_size - 1);
   if (const char* l = get("LOCAL_RANK")) env.local_rank = parse_int("LOCAL_RANK", l, 0, 1 << 20);
+  if (const char* l = get("LOCAL_WORLD_SIZE")) env.local_world_size = parse_int("LOCAL_WORLD_SIZE", l, 1, 1 << 20);
   if (!env.distributed()) return env;
 
   for (const char* required : {"RANK", "MASTER_ADDR", "MASTER_PORT"})

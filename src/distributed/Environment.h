@@ -1,6 +1,6 @@
 #pragma once
-// The rendezvous variables torchrun and SLURM users know: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
-// LOCAL_RANK. A single process needs none of them.
+// The rendezvous variables torchrun and SLURM users know: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// LOCAL_RANK and LOCAL_WORLD_SIZE. A single process needs none of them.
 //
 //   ProcessEnvironment env = ProcessEnvironment::from_environment();  // throws InputError on bad values
 //   if (env.distributed()) { ... connect to env.master_addr:env.master_port as env.rank ... }
@@ -12,6 +12,7 @@ struct ProcessEnvironment {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;  // the GPU index on this node (cuda); unused on cpu
+  int local_world_size = 1;  // the processes on this node, which share its memory (torchrun sets it)
   std::string master_addr;
   int master_port = 0;
 

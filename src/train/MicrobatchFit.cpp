@@ -1,7 +1,6 @@
 #include "train/MicrobatchFit.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include <fmt/format.h>
@@ -11,6 +10,7 @@
 #include "config/GlobalBatch.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
+#include "distributed/Environment.h"
 #include "memory/BatchFit.h"
 #include "memory/MemoryBudget.h"
 #include "memory/MemoryMeter.h"
@@ -37,8 +37,7 @@ Budget memory_budget(const config::Config& cfg, int64_t held_now) {
   if (headroom.bytes < 0)
     throw InputError("memory_budget_mib=0 needs /proc/meminfo or a cgroup memory limit, and neither could be read; "
                      "give memory_budget_mib");
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");  // torchrun: the processes sharing this node
-  const int64_t sharing = local && std::atoll(local) > 1 ? std::atoll(local) : 1;
+  const int64_t sharing = distributed::ProcessEnvironment::from_environment().local_world_size;
   const int64_t resident = std::max(memory::resident_bytes(), held_now);
   const int64_t outside_tensors = resident - held_now;
   const auto bytes = int64_t(0.9 * double(resident + headroom.bytes / sharing)) - outside_tensors;
