@@ -1,10 +1,14 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Side-by-side benchmark behind scripts/bench.sh: the machine's matmul limit, shadowgrad's trainer and the
-idiomatic PyTorch peer (bench/peer.py), on the same machine in one invocation. Prints Markdown.
+PyTorch 2.x peer (bench/peer.py) in eager mode and under torch.compile, on the same machine in one invocation.
+Prints Markdown.
 
-Every run is a fresh process. shadowgrad and the peer run in turn (A B A B ...), so a drift in the machine's
-speed hits both. tokens/s = tokens / seconds over the steps after the warm-up ones, as each process measured them
-(start-up and model init excluded). Peak memory = the process's max RSS (getrusage, KiB), the same measure for both.
+Every run is a fresh process. The arms run in turn (trainer, peer eager, peer compiled, trainer, ...), so a drift
+in the machine's speed hits all of them; each ratio is taken within a round, and the table gives the median and
+range over the rounds. tokens/s = tokens / seconds over the steps after the warm-up ones, as each process measured
+them (start-up and model init excluded; the peer's steps that compiled are left out too, and its compile time is a
+column of its own). Peak memory = the process's max RSS (getrusage, KiB), the same measure for all. The peer runs
+under this script's own interpreter (sys.executable: scripts/bench.sh gives it $SHADOWGRAD_PYTHON, the venv's).
 """
 import argparse
 import datetime
@@ -14,6 +18,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import shutil
 import tempfile
 import time
 
@@ -83,15 +88,15 @@ def trainer_cmd(a, run_dir, dtype, pdbs, ga, steps, extra=()):
 
 def peer_cmd(a, dtype, pdbs, ga, steps):
     m = SEED
-    return ["/usr/bin/python3", os.path.join(ROOT, "bench", "peer.py"), f"--dtype={dtype}", f"--pdbs={pdbs}",
+    return [sys.executable, os.path.join(ROOT, "bench", "peer.py"), f"--dtype={dtype}", f"--pdbs={pdbs}",
             f"--ga={ga}", f"--steps={steps}", f"--threads={a.threads}", f"--emb={m['emb']}", f"--heads={m['heads']}",
             f"--kv-heads={m['kv_heads']}", f"--head-dim={m['head_dim']}", f"--mlp={m['mlp']}",
             f"--layers={m['layers']}", f"--vocab={m['vocab']}", f"--seq={m['seq']}"]
 
 
 def thread_env(env, dtype):
-    """The thread-pool settings the trainer gives itself (apps/ThreadEnvironment.h), given to the peer too: it runs
-    on the same OpenBLAS and libgomp, and gains as much from them."""
+    """The thread-pool settings the trainer gives itself (apps/ThreadEnvironment.h), given to the peer too, so
+    that neither process runs its thread pools differently from the other."""
     env = dict(env, OPENBLAS_THREAD_TIMEOUT=env.get("OPENBLAS_THREAD_TIMEOUT", "4"))
     if dtype == "float32":
         env.setdefault("OMP_WAIT_POLICY", "passive")
@@ -112,13 +117,51 @@ def shadowgrad_run(a, env, dtype, pdbs, ga, steps, extra=()):
                         for k in ("data_s", "forward_s", "backward_s", "fold_s", "optimizer_s")})
 
 
+def peer_lines(out):
+    """peer.py's JSON lines: (config, step rows, compile report or None)."""
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    config = next((x["config"] for x in lines if "config" in x), {})
+    report = next((x["compile"] for x in lines if "compile" in x and "step" not in x), None)
+    return config, [x for x in lines if "step" in x], report
+
+
 def peer_run(a, env, dtype, pdbs, ga, steps, extra=()):
+    """One peer process. A compiled run gets its own empty inductor cache (--compile-cache cold: every run
+    compiles from scratch, as a user's first run does) or the invocation's shared one (warm, primed first)."""
     env = thread_env(env, dtype)
-    out, peak = run_measured(peer_cmd(a, dtype, pdbs, ga, steps) + list(extra), env)
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    kept = rows[a.warmup:]
+    compiled = "--compile" in extra
+    cache = None
+    if compiled:
+        cache = getattr(a, "compile_cache_dir", None) or tempfile.mkdtemp(prefix="sg-inductor-")
+        env = dict(env, TORCHINDUCTOR_CACHE_DIR=cache)
+    try:
+        out, peak = run_measured(peer_cmd(a, dtype, pdbs, ga, steps) + list(extra), env)
+    finally:
+        if cache and not getattr(a, "compile_cache_dir", None):
+            shutil.rmtree(cache, ignore_errors=True)
+    config, rows, report = peer_lines(out)
+    after = rows[a.warmup:]
+    kept = [r for r in after if "compile_s" not in r]  # a recompile after the warm-up is left out, and counted
+    if not kept:
+        raise RuntimeError(f"peer.py {' '.join(extra)}: no steady-state step after the first {a.warmup}; "
+                           f"raise --steps ({steps})")
     return dict(tokens=sum(r["tokens"] for r in kept), seconds=sum(r["seconds"] for r in kept),
-                step_s=statistics.median(r["seconds"] for r in kept), peak_mib=peak)
+                step_s=statistics.median(r["seconds"] for r in kept), peak_mib=peak, config=config,
+                compile=report, recompiled_steps=len(after) - len(kept))
+
+
+def prime_compile_cache(a, env, dtype, extra):
+    """--compile-cache warm: one compiled run of 2 steps, outside the rounds, fills the shared inductor cache.
+    Returns its compile report: the compile time with an empty cache (a user's first run)."""
+    env = dict(thread_env(env, dtype), TORCHINDUCTOR_CACHE_DIR=a.compile_cache_dir)
+    out, _ = run_measured(peer_cmd(a, dtype, 1, 4, 2) + list(extra), env)
+    return peer_lines(out)[2]
+
+
+# The peer table's arms: label, and the kind and extra arguments of the run.
+ARMS = {"trainer": ("shadowgrad's trainer", "trainer", ()),
+        "peer-eager": ("PyTorch eager", "peer", ()),
+        "peer-compile": ("PyTorch torch.compile", "peer", ("--compile",))}
 
 
 def flops_per_token():
@@ -144,11 +187,114 @@ def tps(r):
     return r["tokens"] / r["seconds"]
 
 
+def compile_cell(r):
+    """The compiled peer's compile time: the wall seconds of the steps that compiled beyond as many steady-state
+    steps (as a user waits for it), then torch's own count of seconds spent compiling."""
+    c = r.get("compile")
+    return None if not c or c.get("beyond_steady_s") is None else (c["beyond_steady_s"], c.get("torch_s"))
+
+
+def peer_section(a, env, ftok, limit_bf16):
+    """The trainer against the peer, eager and compiled, and any --variant / --peer-variant rows, in rounds of one
+    run each (A B C A B C ...) per dtype. Returns {dtype: trainer runs} for the phase table."""
+    m = SEED
+    arms = [(key, *ARMS[key]) for key in a.arms]
+    arms += [(f"variant:{label}", f"shadowgrad, {label} ({keys})", "trainer", tuple(filter(None, keys.split(","))))
+             for label, _, keys in (v.partition(":") for v in a.variant)]
+    arms += [(f"peer-variant:{label}", f"PyTorch, {label} ({args})", "peer", tuple(args.split()))
+             for label, _, args in (v.partition(":") for v in a.peer_variant)]
+    compiled = sorted({extra for _, _, kind, extra in arms if kind == "peer" and "--compile" in extra})
+    print(f"## shadowgrad vs the PyTorch peer, eager and compiled (pdbs=1, ga=4, global batch {4 * m['seq']} "
+          f"tokens)")
+    results = {}
+    for dtype in a.dtypes.split(","):
+        print("\n| dtype | run | tokens/s | step s | model GF/s | MFU vs bf16 2048³ | peak RSS MiB | compile s |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|", flush=True)
+        runs = {key: [] for key, *_ in arms}
+        first_compiles = {}
+        if a.compile_cache_dir:
+            for extra in compiled:
+                first_compiles[extra] = prime_compile_cache(a, env, dtype, extra)
+        del LOADS[:]
+        for _ in range(a.repeats):  # one round = one run of every arm, in order
+            for key, _, kind, extra in arms:
+                run = shadowgrad_run if kind == "trainer" else peer_run
+                runs[key].append(run(a, env, dtype, 1, 4, a.steps, extra))
+        for key, label, kind, extra in arms:
+            rs = runs[key]
+            gfs = [tps(r) * ftok / 1e9 for r in rs]
+            mfu = spread([g / limit_bf16 * 100 for g in gfs], "{:.1f}") + " %" if limit_bf16 else "n/a"
+            cells = [c for c in map(compile_cell, rs) if c]
+            comp = spread([c[0] for c in cells], "{:.1f}") if cells else ""
+            print(f"| {dtype} | {label} | {spread([tps(r) for r in rs])} | "
+                  f"{spread([r['step_s'] for r in rs], '{:.2f}')} | {spread(gfs)} | {mfu} | "
+                  f"{spread([r['peak_mib'] for r in rs])} | {comp} |")
+
+        def ratio(num, den, bold=False):
+            speed = [tps(x) / tps(y) for x, y in zip(runs[num[0]], runs[den[0]])]
+            rss = [x["peak_mib"] / y["peak_mib"] for x, y in zip(runs[num[0]], runs[den[0]])]
+            text = f"ratio {num[1]} / {den[1]}"
+            cell = f"{spread(speed, '{:.2f}')}×"
+            if bold:
+                text, cell = f"**{text}**", f"**{cell}**"
+            print(f"| {dtype} | {text} | {cell} | | | | {spread(rss, '{:.2f}')}× | |")
+
+        trainers = [(key, label) for key, label, kind, _ in arms if kind == "trainer"]
+        bases = [(key, label) for key, label, kind, _ in arms if key in ("peer-eager", "peer-compile")]
+        for t in trainers:
+            for b in bases:
+                ratio(t, b, bold=t[0] == "trainer")
+        if len(bases) == 2:
+            ratio(bases[1], bases[0])
+        for key, label, kind, _ in arms:
+            if key.startswith("peer-variant:") and bases:
+                ratio((key, label), bases[0])
+        print()
+        for key, label, kind, extra in arms:
+            if kind != "peer":
+                continue
+            rs = runs[key]
+            c = rs[0]["config"]
+            line = (f"- {label}: {c.get('python')}, torch {c.get('torch')}, {c.get('optimizer')}, "
+                    f"autocast {c.get('autocast') or 'off'}, attention {c.get('attention')}")
+            reports = [r["compile"] for r in rs if r.get("compile")]
+            if reports:
+                torch_s = [x["torch_s"] for x in reports if x.get("torch_s") is not None]
+                line += (f"; compiled at step(s) {reports[0]['steps']} ({a.compile_cache} inductor cache): "
+                         f"{spread([x['beyond_steady_s'] for x in reports], '{:.1f}')} s beyond steady state, "
+                         f"torch's count {spread(torch_s, '{:.1f}') if torch_s else 'n/a'} s; "
+                         f"{reports[0].get('graphs')} graph(s), {reports[0].get('graph_breaks')} graph break(s), "
+                         f"FX graph cache hits/misses {reports[0].get('fx_graph_cache')}")
+            first = first_compiles.get(extra)
+            if first:
+                line += (f"; its first compile, with an empty cache (one run before the rounds): "
+                         f"{first['wall_s']:.1f} s wall for step(s) {first['steps']}, torch's count "
+                         f"{'n/a' if first['torch_s'] is None else format(first['torch_s'], '.1f')} s")
+            recompiled = sum(r["recompiled_steps"] for r in rs)
+            if recompiled:
+                line += f"; **{recompiled} step(s) after the warm-up recompiled** (left out)"
+            print(line)
+        print(f"\n{dtype}: {a.repeats} alternating rounds of {', '.join(key for key, *_ in arms)}; 1-minute load "
+              f"average at the start of each run {spread(LOADS, '{:.1f}')}\n", flush=True)
+        if "trainer" in runs:
+            results[dtype] = runs["trainer"]
+    if results:
+        print("### Where shadowgrad's step goes (median seconds per step, from metrics.jsonl)\n")
+        print("| dtype | step | data | forward (+loss) | backward (incl. fold) | fold | clip+optimizer |\n"
+              "|---|---:|---:|---:|---:|---:|---:|")
+        for dtype, sg in results.items():
+            ph = {k: statistics.median(r["phases"][k] for r in sg) for k in sg[0]["phases"]}
+            print(f"| {dtype} | {statistics.median(r['step_s'] for r in sg):.3f} | {ph['data_s']:.3f} | "
+                  f"{ph['forward_s']:.3f} | {ph['backward_s']:.3f} | {ph['fold_s']:.3f} | {ph['optimizer_s']:.3f} |")
+        print(flush=True)
+    return results
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=8, help="optimizer steps per run")
     p.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
-    p.add_argument("--repeats", type=int, default=3, help="shadowgrad/peer pairs per dtype")
+    p.add_argument("--repeats", type=int, default=3, help="alternating rounds (one run of every arm) per dtype")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads for everything; 0 = all cores")
     p.add_argument("--dtypes", default="bfloat16,float32")
     p.add_argument("--scaling-ks", default="1,2,4,8", help="K values of the scaling table (pdbs=1)")
@@ -157,15 +303,26 @@ def main():
     p.add_argument("--model", default="", help="override the seed model: emb,heads,kv_heads,head_dim,mlp,layers,vocab,seq "
                    "(for a quick smoke test of this script)")
     p.add_argument("--skip", default="", help="comma list of sections to skip: limit,peer,scaling,ga")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"the peer table's arms, in round order, of "
+                   f"{', '.join(ARMS)}: {'; '.join(f'{k} = {v[0]}' for k, v in ARMS.items())}")
+    p.add_argument("--compile-cache", dest="compile_cache", choices=["warm", "cold"], default="warm",
+                   help="inductor cache of the compiled peer: warm = one for the whole invocation, filled by one "
+                   "run per dtype before the rounds (whose compile time, with an empty cache, is printed apart); "
+                   "cold = an empty one for every run (every compile time is a first run's)")
     p.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="an extra shadowgrad row in the peer table, run in the same alternation (A B C ...), e.g. "
                    "'lowest memory:remat_policy=full,grad_dtype=bfloat16'; may be repeated")
     p.add_argument("--peer-variant", dest="peer_variant", action="append", default=[], metavar="LABEL:ARGS",
                    help="an extra peer row, bench/peer.py with these extra space-separated ARGS, run in the same "
-                   "alternation, e.g. 'rope in bf16:--rope-dtype=activation'; may be repeated")
+                   "alternation, e.g. 'foreach AdamW:--adamw=foreach' or 'max-autotune:--compile "
+                   "--compile-mode=max-autotune-no-cudagraphs'; may be repeated")
     a = p.parse_args()
     a.threads = a.threads or os.cpu_count()
     skip = set(filter(None, a.skip.split(",")))
+    a.arms = a.arms.split(",")
+    unknown = [x for x in a.arms if x not in ARMS]
+    if unknown:
+        raise SystemExit(f"--arms: {', '.join(unknown)} not among {', '.join(ARMS)}")
     if a.model:
         SEED.update(zip(("emb", "heads", "kv_heads", "head_dim", "mlp", "layers", "vocab", "seq"),
                         map(int, a.model.split(","))))
@@ -192,6 +349,10 @@ def main():
           f"{(ftok + 6 * (all_params - mm_params)) / 1e6:.0f} MFLOP)")
     print(f"- {a.steps} steps per run (scaling: {a.scaling_steps or max(a.warmup + 2, a.steps // 2)}, GA overhead: "
           f"{a.ga_steps or a.steps}), first {a.warmup} left out; with several runs a figure is median (min–max)")
+    if "peer" not in skip and (any(ARMS[x][1] == "peer" for x in a.arms) or a.peer_variant):
+        version = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+        print(f"- peer: bench/peer.py under {sys.executable}, torch {version}")
     print(f"- load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n", flush=True)
 
     limit_bf16 = None
@@ -212,56 +373,13 @@ def main():
                 limit_bf16 = v.get("bfloat16")
         print(flush=True)
 
-    results = {}
     if "peer" not in skip:
-        variants = [(label, tuple(filter(None, keys.split(","))))
-                    for label, _, keys in (v.partition(":") for v in a.variant)]
-        peer_variants = [(label, tuple(args.split())) for label, _, args in (v.partition(":") for v in a.peer_variant)]
-        print(f"## shadowgrad vs the PyTorch peer (pdbs=1, ga=4, global batch {4 * m['seq']} tokens)\n")
-        print("| dtype | run | tokens/s | step s | model GF/s | MFU vs bf16 2048³ | peak RSS MiB |\n"
-              "|---|---|---:|---:|---:|---:|---:|")
-        for dtype in a.dtypes.split(","):
-            sg, peer = [], []
-            extra = {label: [] for label, _ in variants}
-            extra_peer = {label: [] for label, _ in peer_variants}
-            del LOADS[:]
-            for _ in range(a.repeats):  # one round = shadowgrad, the peer, then each variant
-                sg.append(shadowgrad_run(a, env, dtype, 1, 4, a.steps))
-                peer.append(peer_run(a, env, dtype, 1, 4, a.steps))
-                for label, keys in variants:
-                    extra[label].append(shadowgrad_run(a, env, dtype, 1, 4, a.steps, keys))
-                for label, args in peer_variants:
-                    extra_peer[label].append(peer_run(a, env, dtype, 1, 4, a.steps, args))
-            results[dtype] = (sg, peer)
-            rows = [("shadowgrad", sg), ("PyTorch peer", peer)]
-            rows += [(f"shadowgrad, {label} ({' '.join(keys)})", extra[label]) for label, keys in variants]
-            rows += [(f"PyTorch peer, {label} ({' '.join(args)})", extra_peer[label]) for label, args in peer_variants]
-            for label, rs in rows:
-                gfs = [tps(r) * ftok / 1e9 for r in rs]
-                mfu = spread([g / limit_bf16 * 100 for g in gfs], "{:.1f}") + " %" if limit_bf16 else "n/a"
-                print(f"| {dtype} | {label} | {spread([tps(r) for r in rs])} | "
-                      f"{spread([r['step_s'] for r in rs], '{:.2f}')} | {spread(gfs)} | {mfu} | "
-                      f"{spread([r['peak_mib'] for r in rs])} |")
-            ratios = [tps(s) / tps(q) for s, q in zip(sg, peer)]
-            print(f"| {dtype} | **ratio shadowgrad / peer** | **{spread(ratios, '{:.2f}')}×** | | | | |")
-            for label, _ in variants:
-                rss = [r["peak_mib"] / q["peak_mib"] for r, q in zip(extra[label], peer)]
-                speed = [tps(r) / tps(q) for r, q in zip(extra[label], peer)]
-                print(f"| {dtype} | ratio {label} / peer | {spread(speed, '{:.2f}')}× | | | | "
-                      f"{spread(rss, '{:.2f}')}× |")
-            for label, _ in peer_variants:
-                speed = [tps(r) / tps(q) for r, q in zip(extra_peer[label], peer)]
-                print(f"| {dtype} | ratio peer {label} / peer | {spread(speed, '{:.2f}')}× | | | | |")
-            print(f"\n{dtype}: {a.repeats} alternating rounds; 1-minute load average at the start of each run "
-                  f"{spread(LOADS, '{:.1f}')}\n", flush=True)
-        print("### Where shadowgrad's step goes (median seconds per step, from metrics.jsonl)\n")
-        print("| dtype | step | data | forward (+loss) | backward (incl. fold) | fold | clip+optimizer |\n"
-              "|---|---:|---:|---:|---:|---:|---:|")
-        for dtype, (sg, _) in results.items():
-            ph = {k: statistics.median(r["phases"][k] for r in sg) for k in sg[0]["phases"]}
-            print(f"| {dtype} | {statistics.median(r['step_s'] for r in sg):.3f} | {ph['data_s']:.3f} | "
-                  f"{ph['forward_s']:.3f} | {ph['backward_s']:.3f} | {ph['fold_s']:.3f} | {ph['optimizer_s']:.3f} |")
-        print(flush=True)
+        a.compile_cache_dir = tempfile.mkdtemp(prefix="sg-inductor-") if a.compile_cache == "warm" else None
+        try:
+            peer_section(a, env, ftok, limit_bf16)
+        finally:
+            if a.compile_cache_dir:
+                shutil.rmtree(a.compile_cache_dir, ignore_errors=True)
 
     if "scaling" not in skip:
         for dtype in a.dtypes.split(","):

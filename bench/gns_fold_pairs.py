@@ -5,7 +5,7 @@ tree's squared_norm) and off, alternating. Times are the process's CPU seconds a
 shared machine move them far less than wall time. Prints the median and range of the per-pair ratio.
 Cost: about 5 s.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/gns_fold_pairs.py [PAIRS]
+    PYTHONPATH=build/python "$SHADOWGRAD_PYTHON" bench/gns_fold_pairs.py [PAIRS]
 """
 import statistics, sys, time, torch, shadowgrad
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Memory levers on the seed model, measured: remat_policy at pdbs 1, 4 and 8 (tracked peak bytes, peak RSS, step
 time), the largest pdbs each policy fits in the memory `none` needs at pdbs=1, then each lever's saving at the
 benchmark's configuration (pdbs=1, K=4, bf16 compute), added one at a time, next to bench/peer.py's peak RSS.
@@ -113,8 +113,10 @@ def main():
                   f"{rep['optimizer_state_bytes'] / MIB:.1f} | {rep['grad_accumulator_bytes'] / MIB:.1f} | "
                   f"{r['step_s']:.2f} |", flush=True)
             prev = r
-        _, peer_rss = bench.run_measured(bench.peer_cmd(a, "bfloat16", 1, 4, a.steps), env)
-        print(f"| bench/peer.py (PyTorch eager, autocast bf16) | | | {peer_rss:.0f} | | | | |")
+        out, peer_rss = bench.run_measured(bench.peer_cmd(a, "bfloat16", 1, 4, a.steps), env)
+        c = bench.peer_lines(out)[0]
+        print(f"| bench/peer.py (PyTorch {c.get('torch')} eager, autocast bf16, {c.get('optimizer')}) | | | "
+              f"{peer_rss:.0f} | | | | |")
         print(f"\nlowest-memory row / peer peak RSS: {prev['rss'] / peer_rss:.2f}x (one run each; bench.py "
               f"--variant measures it in alternating pairs)\n")
     print(f"- load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

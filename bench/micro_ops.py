@@ -1,8 +1,9 @@
-#!/usr/bin/python3
-"""Op-level A/B behind two of shadowgrad's choices, on Debian's python3-torch 1.13 (the same ATen/oneDNN kernels
-the trainer calls): attention softmax in fp32 vs bf16, and cross-entropy over a 32000 vocabulary on full fp32
-logits vs chunked (the algorithm of src/train/TokenLoss.cpp). Times forward + backward, median of 5, in ms.
-Cost: about a minute on 2 cores.   /usr/bin/python3 bench/micro_ops.py [--threads 2]
+#!/usr/bin/env python3
+"""Op-level A/B behind two of shadowgrad's choices, on the venv's torch (the same ATen/oneDNN kernels as the
+trainer's LibTorch, from the same wheel): attention softmax in fp32 vs bf16, and cross-entropy over a 32000
+vocabulary on full fp32 logits vs chunked (the algorithm of src/train/TokenLoss.cpp). Times forward + backward,
+median of 5, in ms.
+Cost: about a minute on 2 cores.   "$SHADOWGRAD_PYTHON" bench/micro_ops.py [--threads 2]
 """
 import argparse
 import os

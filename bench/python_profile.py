@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Where a step's time goes, phase by phase, in the plain PyTorch GA loop and in the same loop with shadowgrad:
 bench/peer.py --profile, run for each loop in turn (plain, shadowgrad, ..., --rounds times), prints a Markdown
 table of the median seconds per optimizer step of each phase over the steps after --warmup of every round.
 
-  PYTHONPATH=build/python /usr/bin/python3 bench/python_profile.py --rounds 2           # the seed decoder
-  PYTHONPATH=build/python /usr/bin/python3 bench/python_profile.py --model resnet18 --dtype float32 --pdbs 32
+  PYTHONPATH=build/python "$SHADOWGRAD_PYTHON" bench/python_profile.py --rounds 2           # the seed decoder
+  PYTHONPATH=build/python "$SHADOWGRAD_PYTHON" bench/python_profile.py --model resnet18 --dtype float32 --pdbs 32
 Cost: about 1 min per round and loop for the seed model on 2 cores.
 """
 import argparse
@@ -14,7 +14,7 @@ import os
 import statistics
 import sys
 
-from bench import ROOT, SEED, cpu_name, peer_cmd, run_measured
+from bench import ROOT, SEED, cpu_name, peer_cmd, peer_lines, run_measured
 
 # (label, peer.py arguments)
 LOOPS = {
@@ -92,7 +92,7 @@ def main():
                    [f"--model={a.model}", f"--image-size={a.image_size}", "--profile"])
             out, _ = run_measured(cmd, env)
             lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-            steps[name] += [line for line in lines if "step" in line][a.warmup:]
+            steps[name] += peer_lines(out)[1][a.warmup:]
             apart[name] += [line["apart"] for line in lines if "apart" in line]
             print(f"round {r + 1} {name}: {[round(s['seconds'], 2) for s in steps[name][-(a.steps - a.warmup):]]}",
                   file=sys.stderr, flush=True)

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Per-op table of a trace written by `trainer ... profiler=trace` (LibTorch's profiler, chrome://tracing format).
 
-    /usr/bin/python3 bench/trace_summary.py runs/<run>/profile.trace.json [--top 25] [--steps N]
+    python3 bench/trace_summary.py runs/<run>/profile.trace.json [--top 25] [--steps N]
 
 Self time is an op's duration minus the time of the ops nested directly inside it on the same thread, so the self
 column adds up to the profiled time and shows where the time went: a matmul kernel, a cast, a copy, an allocation.

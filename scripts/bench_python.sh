@@ -11,4 +11,4 @@ help_with_python "$0" "$(dirname "$0")/../bench/python_pairs.py" "$@"
 source "$(dirname "$0")/lib/setup.sh"
 install_missing_packages
 build_shadowgrad shadowgrad_python >&2
-exec /usr/bin/python3 "$SHADOWGRAD_ROOT/bench/python_pairs.py" "$@"
+exec "$SHADOWGRAD_PYTHON" "$SHADOWGRAD_ROOT/bench/python_pairs.py" "$@"

@@ -8,6 +8,6 @@ set -euo pipefail
 source "$(dirname "$0")/lib/args.sh"
 help_with_python "$0" "$(dirname "$0")/../bench/memory_levers.py" "$@"
 source "$(dirname "$0")/lib/setup.sh"
-install_missing_packages python3-torch
+install_missing_packages
 build_shadowgrad trainer >&2
-exec /usr/bin/python3 "$SHADOWGRAD_ROOT/bench/memory_levers.py" "$@"
+exec "$SHADOWGRAD_PYTHON" "$SHADOWGRAD_ROOT/bench/memory_levers.py" "$@"
