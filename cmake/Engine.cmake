@@ -16,5 +16,5 @@ target_include_directories(shadowgrad_engine PUBLIC $<BUILD_INTERFACE:${CMAKE_SO
                                                     $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/include>
                                                     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 target_link_libraries(shadowgrad_engine PUBLIC torch)
-target_compile_features(shadowgrad_engine PUBLIC cxx_std_17)
+target_compile_features(shadowgrad_engine PUBLIC cxx_std_20)  # LibTorch >= 2.13 headers
 target_compile_options(shadowgrad_engine PRIVATE -Wall -Wextra -Wno-unused-parameter)

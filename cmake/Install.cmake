@@ -1,6 +1,6 @@
 # `cmake --install build --prefix PREFIX`: the GA engine as a CMake package. A consumer writes
 #   find_package(shadowgrad REQUIRED)
-#   target_link_libraries(app PRIVATE shadowgrad::shadowgrad)   # brings LibTorch (find_dependency(Torch))
+#   target_link_libraries(app PRIVATE shadowgrad::shadowgrad)   # brings LibTorch (found by shadowgradFindTorch.cmake)
 # and includes <shadowgrad/shadowgrad.h>. The trainer, its CLI and its internals are not installed.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -22,4 +22,5 @@ configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/shadowgradConfig.cmake.i
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/shadowgradConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/shadowgradConfig.cmake ${CMAKE_BINARY_DIR}/shadowgradConfigVersion.cmake
+              ${CMAKE_SOURCE_DIR}/cmake/shadowgradFindTorch.cmake
         DESTINATION ${SHADOWGRAD_CMAKE_DIR})

@@ -173,7 +173,7 @@ for run in "${runs[@]}"; do
 done
 ((${#done_runs[@]} == 0)) || "$repo/scripts/plot.sh" "${done_runs[@]}" --out "$out/loss.png" || true
 if ((seeds >= 2)); then
-  /usr/bin/python3 "$repo/scripts/lib/paired_stats.py" --baseline "${arms[0]%% *}" --last "$last" \
+  python3 "$repo/scripts/lib/paired_stats.py" --baseline "${arms[0]%% *}" --last "$last" \
     --md "$out/paired.md" --tsv "$out/paired.tsv" --plot "$out/paired.png" "$out" || failed=1
 fi
 exit $failed

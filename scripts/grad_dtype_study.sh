@@ -67,7 +67,7 @@ done
 # grown one K or one seed count at a time.
 dirs=()
 for d in "$out"/k*/; do dirs+=("${d%/}"); done
-/usr/bin/python3 "$repo/scripts/lib/paired_stats.py" --baseline fp32 --md "$out/paired.md" --tsv "$out/paired.tsv" \
+python3 "$repo/scripts/lib/paired_stats.py" --baseline fp32 --md "$out/paired.md" --tsv "$out/paired.tsv" \
   --plot "$out/paired.png" "${dirs[@]}" || failed=1
 # The study's CPU time: every trainer run's user + system seconds.
 for d in "${dirs[@]}"; do cat "$d"/*.cpu 2>/dev/null || true; done | awk '{ t += $1 + $2; n++ } END { printf "CPU time: %.0f s (%.1f min) over %d runs\n", t, t / 60, n }' |

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/launch.sh --nproc N CONFIG [key=value ...]
-# Intent: data-parallel training on one machine: N trainer processes under Debian's torchrun (python3-torch), which
+# Intent: data-parallel training on one machine: N trainer processes under torchrun (from the venv's torch, .venv), which
 # sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each and stops the others when one fails
 # (SIGTERM; SIGKILL after torchrun's fixed 30 s). It restarts nothing: call torchrun itself for --max_restarts and
 # several nodes (docs/distributed.md). SIGINT/SIGTERM to launch.sh reach each trainer once, through torchrun.
@@ -9,7 +9,7 @@
 # exits 1 for any failure; 2 for a bad command line.
 # Cost: N trainer processes sharing this machine's cores (give each num_threads=<cores/N>), plus torchrun's start
 # (it imports torch: 1-5 s here).
-# Environment: TRAINER (default build/trainer), TORCHRUN (default /usr/bin/torchrun), MASTER_PORT (the rendezvous
+# Environment: TRAINER (default build/trainer), TORCHRUN (default .venv/bin/torchrun, or $SHADOWGRAD_VENV/bin/torchrun), MASTER_PORT (the rendezvous
 # port; default: a free one, so that launches can run side by side, which torchrun --standalone's fixed 29400
 # does not allow).
 set -uo pipefail
@@ -30,9 +30,9 @@ fi
 [[ $# -ge 1 ]] || usage
 
 trainer=${TRAINER:-$root/build/trainer}
-torchrun=${TORCHRUN:-/usr/bin/torchrun}
+torchrun=${TORCHRUN:-${SHADOWGRAD_VENV:-$root/.venv}/bin/torchrun}
 [[ -x $trainer ]] || { echo "launch.sh: no trainer binary at $trainer (build with scripts/build.sh)" >&2; exit 2; }
-[[ -x $torchrun ]] || { echo "launch.sh: no torchrun at $torchrun (apt install python3-torch)" >&2; exit 2; }
+[[ -x $torchrun ]] || { echo "launch.sh: no torchrun at $torchrun (scripts/build.sh makes .venv with torch)" >&2; exit 2; }
 
 port=${MASTER_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # torchrun's own default, set here to spare its warning; num_threads rules

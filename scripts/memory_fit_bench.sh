@@ -49,7 +49,7 @@ run() {
     { tail -20 "$out/$name.log" >&2; echo "memory_fit_bench.sh: run $name failed" >&2; exit 1; }
 }
 rss_mib() { echo $(($(tail -1 "$out/$1.rss_kib") / 1024)); }
-measured_mib() { /usr/bin/python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["peak_step_bytes"] / 2**20))' "$out/$1/memory_report.json"; }
+measured_mib() { python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["peak_step_bytes"] / 2**20))' "$out/$1/memory_report.json"; }
 
 echo "<!-- scripts/memory_fit_bench.sh --model $model, $(date -u '+%Y-%m-%d %H:%M') UTC, $(nproc) cores," \
      "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg) -->"
@@ -63,17 +63,17 @@ for spec in 1:1 2:1 4:1 8:1 2:4; do
   run "b${b}_k$k" per_device_batch_size="$b" gradient_accumulation_steps="$k" memory_budget_mib=1000000
   predicted=$(sed -n 's/.*fits: predicted peak \([0-9.e+]*\) MiB.*/\1/p' "$out/b${b}_k$k.log" | head -1)
   measured=$(measured_mib "b${b}_k$k")
-  error=$(/usr/bin/python3 -c "print('%+.1f %%' % (100 * ($predicted - $measured) / $measured))")
+  error=$(python3 -c "print('%+.1f %%' % (100 * ($predicted - $measured) / $measured))")
   echo "| $b | $k | $predicted | $measured | $error | $(rss_mib "b${b}_k$k") |"
-  worst=$(/usr/bin/python3 -c "print(max($worst, abs($predicted - $measured) / $measured))")
+  worst=$(python3 -c "print(max($worst, abs($predicted - $measured) / $measured))")
 done
 per_seq=$(sed -n 's/.*MiB of [0-9.e+]*; \([0-9.e+]*\) MiB per sequence.*/\1/p' "$out/b1_k1.log" | head -1)
 at1=$(sed -n 's/.*fits: predicted peak \([0-9.e+]*\) MiB.*/\1/p' "$out/b1_k1.log" | head -1)
-budget=$(/usr/bin/python3 -c "print(round($at1 + 2.5 * $per_seq))")  # between the predicted peaks of 2 and 4
+budget=$(python3 -c "print(round($at1 + 2.5 * $per_seq))")  # between the predicted peaks of 2 and 4
 echo
 run auto per_device_batch_size=auto global_batch_size=8 memory_budget_mib="$budget"
 echo "pdbs=auto, global_batch_size=8, memory_budget_mib=$budget:"
 grep -o 'pdbs=auto: .*' "$out/auto.log" | head -1
 echo "measured peak: $(measured_mib auto) MiB (process max RSS $(rss_mib auto) MiB)"
 echo
-/usr/bin/python3 -c "import sys; w = $worst; print('largest error %.1f %%: %s' % (100 * w, 'within 10 %' if w <= 0.10 else 'OVER 10 %')); sys.exit(0 if w <= 0.10 else 1)"
+python3 -c "import sys; w = $worst; print('largest error %.1f %%: %s' % (100 * w, 'within 10 %' if w <= 0.10 else 'OVER 10 %')); sys.exit(0 if w <= 0.10 else 1)"

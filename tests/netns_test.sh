@@ -20,14 +20,14 @@ set -uo pipefail
 skip() { echo "netns_test: SKIPPED: $*"; exit 77; }
 ((EUID == 0)) || skip "needs root (ip netns)"
 command -v ip >/dev/null || skip "no ip (iproute2)"
-[[ -x ${TORCHRUN:-/usr/bin/torchrun} ]] || skip "no torchrun (apt install python3-torch)"
+[[ -x ${TORCHRUN:-${SHADOWGRAD_VENV:-$(dirname "$0")/../.venv}/bin/torchrun} ]] || skip "no torchrun (scripts/build.sh makes .venv with torch)"
 command -v unshare >/dev/null || skip "no unshare (util-linux)"
 ns_a=sgA$$ ns_b=sgB$$ if_a=sgA$$ if_b=sgB$$
 ip netns add "$ns_a" 2>/dev/null || skip "ip netns add does not work here"
 ip netns add "$ns_b" || { ip netns del "$ns_a"; skip "ip netns add does not work here"; }
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" netns_test "$@"
-torchrun=${TORCHRUN:-/usr/bin/torchrun}
+torchrun=${TORCHRUN:-${SHADOWGRAD_VENV:-$(dirname "$0")/../.venv}/bin/torchrun}
 addr_a=10.231.$((RANDOM % 250)).1
 addr_b=${addr_a%.1}.2
 cleanup_netns() {

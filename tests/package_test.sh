@@ -14,7 +14,7 @@ prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in include/shadowgrad/shadowgrad.h include/shadowgrad/accumulate/ShadowAccumulator.h \
          lib*/cmake/shadowgrad/shadowgradConfig.cmake lib*/libshadowgrad_engine.a \
-         lib/python3/dist-packages/shadowgrad/__init__.py; do
+         lib/python3*/site-packages/shadowgrad/__init__.py lib/python3*/site-packages/shadowgrad/_build_info.py; do
   compgen -G "$prefix/$f" >/dev/null || { echo "FAIL: not installed: $f"; exit 1; }
 done
 if grep -rlI -e "$src" -e "$build" "$prefix/include" "$prefix"/lib*/cmake; then
@@ -27,7 +27,7 @@ if ls "$prefix/include/shadowgrad" | grep -qvx -e shadowgrad.h -e accumulate -e 
 fi
 
 if [ $# -ge 3 ]; then
-  PYTHONPATH="$prefix/lib/python3/dist-packages" "$3" -c \
+  PYTHONPATH=$(compgen -G "$prefix/lib/python3*/site-packages") "$3" -c \
     'import shadowgrad, torch; assert shadowgrad.__file__.startswith("'"$prefix"'"), shadowgrad.__file__'
 fi
 
@@ -38,6 +38,9 @@ ga_lines=$(sed -n '/---- gradient accumulation/,/---- end of the GA part/p' "$sr
 
 # A copy of the example outside both trees, so no relative path can reach the sources.
 cp -r "$src/examples/cpp" "$work/example"
-cmake -S "$work/example" -B "$work/example/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+# As a user of a torch wheel does: the installed prefix and the wheel's torch.utils.cmake_prefix_path.
+torch_prefix=$("${3:-python3}" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+cmake -S "$work/example" -B "$work/example/build" -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" \
+  -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/example/build" -j 2 >/dev/null
 "$work/example/build/foreign_model" 30 4

@@ -10,14 +10,15 @@
 # Cost: two 2-process runs of the tiny model, about 5 s (torchrun: plus its Python start-up, about 5 s more).
 #
 # Usage: tests/signals_test.sh launch|torchrun TRAINER COMPARE_RUNS
-# Exit: 0 pass; 1 fail (the scratch directory is kept); 77 skipped (MODE=torchrun without /usr/bin/torchrun).
+# Exit: 0 pass; 1 fail (the scratch directory is kept); 77 skipped (MODE=torchrun without the venv's torchrun).
 set -uo pipefail
 
 mode=${1:-}
 shift
 [[ $mode == launch || $mode == torchrun ]] || { echo "usage: $0 launch|torchrun TRAINER COMPARE_RUNS" >&2; exit 1; }
-if [[ $mode == torchrun ]] && ! command -v torchrun >/dev/null; then
-  echo "signals_test: SKIPPED: no torchrun on PATH (Debian: apt install python3-torch)"
+torchrun=${TORCHRUN:-${SHADOWGRAD_VENV:-$(dirname "$0")/../.venv}/bin/torchrun}
+if [[ $mode == torchrun && ! -x $torchrun ]]; then
+  echo "signals_test: SKIPPED: no torchrun at $torchrun (scripts/build.sh makes .venv with torch)"
   exit 77
 fi
 source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" "signals_test ($mode)" "$@"
@@ -30,8 +31,8 @@ if [[ $mode == launch ]]; then
 else
   # --standalone's rendezvous, on a free port: --standalone itself always takes port 29400, which another job on a
   # shared machine may hold.
-  port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  cmd=(torchrun --nnodes 1 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "signals$$"
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cmd=("$torchrun" --nnodes 1 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "signals$$"
        --nproc_per_node 2 --redirects 1 --tee 1 --no_python "$TRAINER" "${args[@]}")
 fi
 metrics=$runs/group_int/metrics.jsonl

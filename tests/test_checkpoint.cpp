@@ -26,6 +26,7 @@
 #include "model/Decoder.h"
 #include "train/TrainStep.h"
 #include "util/Errors.h"
+#include "util/OptimizerStateKey.h"
 #include "Skip.h"
 
 using namespace shadowgrad;
@@ -63,7 +64,7 @@ std::vector<at::Tensor> snapshot_adam(Rig& r) {
   std::vector<at::Tensor> out;
   auto& opt = r.step->optimizer();
   for (const auto& p : opt.param_groups()[0].params()) {
-    auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = opt.state().find(shadowgrad::util::optimizer_state_key(p));
     if (it == opt.state().end()) continue;
     auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
     out.push_back(s.exp_avg().clone());

@@ -9,6 +9,7 @@
 #include <torch/optim/adamw.h>
 
 #include "train/FusedAdamW.h"
+#include "util/OptimizerStateKey.h"
 
 using namespace shadowgrad;
 
@@ -44,8 +45,8 @@ double compare(c10::ScalarType grad_dtype, int steps, bool amsgrad = false) {
   double worst = 0;
   for (size_t i = 0; i < start.size(); ++i) {
     worst = std::max(worst, rel_diff(pb[i].detach(), pa[i].detach()));
-    auto key = c10::guts::to_string(pa[i].unsafeGetTensorImpl());
-    auto key_b = c10::guts::to_string(pb[i].unsafeGetTensorImpl());
+    auto key = shadowgrad::util::optimizer_state_key(pa[i]);
+    auto key_b = shadowgrad::util::optimizer_state_key(pb[i]);
     auto& sa = static_cast<torch::optim::AdamWParamState&>(*stock.state().at(key));
     auto& sb = static_cast<torch::optim::AdamWParamState&>(*fused.state().at(key_b));
     CHECK(sa.step() == sb.step());

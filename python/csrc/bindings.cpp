@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/utils/pybind.h>
 

@@ -1,7 +1,8 @@
 """shadowgrad: gradient accumulation into a shadow tree, for any PyTorch model and any torch.optim optimizer.
 
 Each microbatch's gradient is folded into one tensor per parameter, held in ``grad_dtype``, the moment autograd
-produces it (a C++ post-hook on the parameter's AccumulateGrad node; PyTorch 1.13 has no such hook in Python).
+produces it (a C++ post-hook on the parameter's AccumulateGrad node, which leaves the tensor's own
+``register_post_accumulate_grad_hook`` slot to the user; docs/python.md).
 ``p.grad`` stays None between microbatches, so no fp32 gradient tree is ever kept: with
 ``grad_dtype=torch.bfloat16`` the accumulated gradients take half the memory of the usual ``.grad`` loop.
 
@@ -23,7 +24,21 @@ import contextlib
 
 import torch  # loads libtorch_python, which _C links against
 
-from . import _C
+from . import _build_info
+
+
+def _check_torch(built, loaded):
+    """A C++ extension loads only in the torch it was built against; say so in one line instead of failing with an
+    undefined symbol."""
+    if built != loaded:
+        raise ImportError(f"shadowgrad was built against torch {built} but this environment has torch {loaded}: "
+                          "rebuild it here with `pip install --no-build-isolation --force-reinstall "
+                          "<shadowgrad checkout>`")
+
+
+_check_torch(_build_info.TORCH_VERSION, torch.__version__)
+
+from . import _C  # noqa: E402 (only once the torch is known to match)
 from . import optim  # shadowgrad.optim.AdamW: the fused AdamW that reads the bf16 shadows directly
 
 __version__ = _C.__version__
@@ -160,10 +175,12 @@ class ShadowAccumulator:
           CPU kernels are much slower). The update is the one a single ``step()`` with those gradients makes, bit
           for bit.
         - ``shadowgrad.optim.AdamW`` (the fastest way: its fused update reads a bf16 shadow with no converted copy)
-          and any other optimizer get the shadows themselves, lent as ``.grad`` from C++ (Python refuses a ``.grad``
-          of another dtype), in one ``step()``: no copy at all. State an optimizer creates *from the gradient*
-          (SGD's momentum buffer starts as ``clone(grad)``) would then stay in ``grad_dtype``; after the step such a
-          tensor is converted to the parameter's dtype, exactly (bf16 -> fp32 is lossless).
+          gets the shadows themselves, lent as ``.grad`` from C++ (Python refuses a ``.grad`` of another dtype), in
+          one ``step()``: no copy at all.
+        - Any other optimizer (a subclass, LBFGS, a third-party one) gets each shadow converted to its parameter's
+          dtype, exactly (bf16 -> fp32 is lossless), in one ``step()``: for that step a converted gradient tree
+          exists. (PyTorch 2.x's optimizers refuse a ``.grad`` whose dtype differs from the parameter's, e.g.
+          ``lerp`` in Adam: "expected dtype float for `end`".)
 
         Raises RuntimeError inside an accumulation window, or if a parameter has a ``.grad`` of its own (a
         backward() outside the window)."""
@@ -174,12 +191,15 @@ class ShadowAccumulator:
         if self._steps_per_parameter(optimizer):
             self._step_per_parameter(optimizer)
             return
-        self._engine.lend()
-        try:
-            optimizer.step()
-        finally:
-            self._engine.reclaim()
-        self._keep_state_in_param_dtype(optimizer)
+        if isinstance(optimizer, optim.AdamW) or all(p.dtype == self._grad_dtype for p in self._engine.params):
+            self._engine.lend()
+            try:
+                optimizer.step()
+            finally:
+                self._engine.reclaim()
+            self._keep_state_in_param_dtype(optimizer)
+            return
+        self._step_with_converted_grads(optimizer)
 
     def zero_(self):
         """Zeroes the shadow tree without an update (e.g. to skip a step). Lazy: the next fold overwrites."""
@@ -253,13 +273,17 @@ class ShadowAccumulator:
         return not any(p.grad is not None and id(p) not in ours
                        for group in optimizer.param_groups for p in group["params"])
 
-    def _step_per_parameter(self, optimizer):
-        params = self._engine.params
+    @staticmethod
+    def _refuse_own_grads(params):
         for i, p in enumerate(params):
             if p.grad is not None:
                 raise RuntimeError(f"ShadowAccumulator.step(): parameter {i} already has .grad (a backward() "
                                    "outside begin()/end()?); its gradient would be lost. Call backward() inside "
                                    "the window, or zero the grads first")
+
+    def _step_per_parameter(self, optimizer):
+        params = self._engine.params
+        self._refuse_own_grads(params)
         # One buffer per parameter dtype and device, as large as the largest such parameter, holds each converted
         # gradient in turn: a fresh allocation per parameter pays page faults on first touch (a 62.5 MiB .to() took
         # 130-150 ms against 32 ms for a copy_ into mapped memory, under load). It lives for this step only; torch's
@@ -278,6 +302,18 @@ class ShadowAccumulator:
                     p.grad = scratch[(p.dtype, p.device)][:p.numel()].view(p.shape).copy_(shadow)
                 optimizer.step()
                 p.grad = None
+        finally:
+            for p in params:
+                p.grad = None
+            self._engine.zero_()
+
+    def _step_with_converted_grads(self, optimizer):
+        params = self._engine.params
+        self._refuse_own_grads(params)
+        try:
+            for p, shadow in zip(params, self._engine.shadows):
+                p.grad = shadow if shadow.dtype == p.dtype else shadow.to(p.dtype)
+            optimizer.step()
         finally:
             for p in params:
                 p.grad = None

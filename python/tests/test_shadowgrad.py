@@ -210,7 +210,7 @@ class OptimizerTest(unittest.TestCase):
         self.run_optimizer(lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True))
 
     def test_generic_path_adamw_and_sgd_subclasses(self):
-        # Subclasses are not known to be per-parameter: they get the bf16 shadows lent in one step().
+        # Subclasses are not known to be per-parameter: they get fp32 conversions of the shadows in one step().
         class MyAdamW(torch.optim.AdamW):
             pass
 
@@ -248,7 +248,7 @@ class OptimizerTest(unittest.TestCase):
         for make in (lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),   # one step per parameter
                      lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
                      lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=True),
-                     lambda ps: MySGD(ps, lr=0.1, momentum=0.9)):                     # bf16 lent, state upcast
+                     lambda ps: MySGD(ps, lr=0.1, momentum=0.9)):                     # converted, one step
             self.same_as_one_step_with_upcast_grads(make)
 
     def test_a_foreign_parameter_with_its_own_grad_is_stepped_once(self):
@@ -278,7 +278,7 @@ class MisuseTest(unittest.TestCase):
         self.backward()
         with self.assertRaisesRegex(RuntimeError, r"already has \.grad.*set_to_none=True"):
             self.acc.begin()
-        self.model.zero_grad()  # PyTorch 1.13 default: zeros, not None -- still refused
+        self.model.zero_grad(set_to_none=False)  # zeros, not None: still refused
         with self.assertRaisesRegex(RuntimeError, "already has .grad"):
             self.acc.begin()
         self.model.zero_grad(set_to_none=True)

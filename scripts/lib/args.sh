@@ -25,7 +25,7 @@ study_trainer() {
 help_with_python() {
   [[ ${3:-} == -h || ${3:-} == --help ]] || return 0
   sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$1"
-  exec /usr/bin/python3 "$2" --help
+  exec python3 "$2" --help
 }
 
 # pair_args SCRIPT ARG...: the options of the alternating-pairs benchmarks (fold_bench.sh, gns_bench.sh): --pairs N,

@@ -12,7 +12,7 @@ Usage: paired_stats.py [--baseline fp32] [--last 3] [--md FILE] [--tsv FILE] [--
   mean +- t(0.975, n-1) sd / sqrt(n). An interval that contains 0 reads "no difference detectable at +-X", X being
   its half-width. Beside each arm: the mean grad_rel_error (grad_fidelity_period) over all its runs' measured steps.
   --md: the table in Markdown; --tsv: every pair's differences; --plot: a PNG of every seed's difference (gnuplot).
-Standard library only (run with /usr/bin/python3): the study must not need anything the trainer does not.
+Standard library only (any python3): the study must not need anything the trainer does not.
 """
 import argparse
 import json

@@ -1,11 +1,23 @@
-# Shared by train.sh, test.sh and build.sh: install missing Debian packages, then configure and build.
-# Sourced, not run. Cost: a first install downloads ~1 GB of packages; a first build takes ~5 min on 2 cores.
+# Shared by train.sh, test.sh and build.sh: install missing Debian packages, create the Python venv with the pinned
+# torch wheel (LibTorch comes from it), then configure and build. Sourced, not run.
+# Cost on a fresh 2-core machine: apt ~30 s, the venv ~90 s (torch 2.14.1 + torchvision, 5.5 GB, from pip's local
+# files), the build ~4 min (docs/setup.md).
 
 SHADOWGRAD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-SHADOWGRAD_PACKAGES=(libtorch-dev libgloo-dev libopenblas0-pthread libcli11-dev libspdlog-dev libfmt-dev catch2
+# No Debian torch: LibTorch, torchrun and the Python module's torch all come from the venv's wheel.
+# libgloo-dev: headers only, for c10d's ProcessGroupGloo.hpp (the wheel ships none); nothing links libgloo
+# (docs/distributed.md, "Gloo").
+SHADOWGRAD_PACKAGES=(libgloo-dev libopenblas0-pthread libcli11-dev libspdlog-dev libfmt-dev catch2
                      libyaml-cpp-dev zlib1g-dev cmake g++ make gnuplot-nox clang-14 libclang-rt-14-dev
-                     python3-dev pybind11-dev python3-torch python3-torchvision libsentencepiece-dev
+                     python3-dev python3-venv libsentencepiece-dev
                      sentencepiece iproute2)  # iproute2: `ip netns` for tests/netns_test.sh
+# The torch the project builds and tests against. The CUDA build runs on a CPU too, and one build then also proves
+# that hardware=cuda compiles and links (docs/setup.md says why this one and not the 2.13.0 CPU build).
+SHADOWGRAD_TORCH_PINS=(torch==2.14.1 torchvision==0.29.1 numpy)
+# SHADOWGRAD_VENV may point several worktrees at one venv.
+SHADOWGRAD_VENV="${SHADOWGRAD_VENV:-$SHADOWGRAD_ROOT/.venv}"
+SHADOWGRAD_PYTHON="$SHADOWGRAD_VENV/bin/python"
+export SHADOWGRAD_ROOT SHADOWGRAD_VENV SHADOWGRAD_PYTHON
 
 # apt-get only when something is missing, and quietly.
 install_missing_packages() {
@@ -13,12 +25,24 @@ install_missing_packages() {
   for pkg in "${SHADOWGRAD_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
   done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  echo "installing missing packages: ${missing[*]}" >&2
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing missing packages: ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  ensure_venv
+}
+
+# The venv with the pinned torch, made once; `pip install` is skipped when the pins are already met.
+ensure_venv() {
+  local stamp="$SHADOWGRAD_VENV/.shadowgrad-pins"
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${SHADOWGRAD_TORCH_PINS[*]}" ] && return 0
+  echo "creating $SHADOWGRAD_VENV with ${SHADOWGRAD_TORCH_PINS[*]}" >&2
+  [ -x "$SHADOWGRAD_PYTHON" ] || python3 -m venv "$SHADOWGRAD_VENV"
+  "$SHADOWGRAD_PYTHON" -m pip install -q --disable-pip-version-check "${SHADOWGRAD_TORCH_PINS[@]}" 2> >(grep -v '^WARNING: Location' >&2)
+  echo "${SHADOWGRAD_TORCH_PINS[*]}" > "$stamp"
 }
 
 # Configure (once) and build in Release into build/. make decides what is out of date.
@@ -26,9 +50,11 @@ build_shadowgrad() {
   local jobs
   jobs=$(nproc 2>/dev/null || echo 2)
   if [ ! -f "$SHADOWGRAD_ROOT/build/Makefile" ]; then
-    # The Python module must be built for the interpreter that imports Debian's torch (python/CMakeLists.txt).
+    # LibTorch and the Python module's interpreter both come from the venv (CMakeLists.txt, python/CMakeLists.txt).
     cmake -S "$SHADOWGRAD_ROOT" -B "$SHADOWGRAD_ROOT/build" -DCMAKE_BUILD_TYPE=Release \
-      -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
+      -DPython3_EXECUTABLE="$SHADOWGRAD_PYTHON" \
+      -DCMAKE_PREFIX_PATH="$("$SHADOWGRAD_PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
+      >/dev/null
   fi
   cmake --build "$SHADOWGRAD_ROOT/build" -j "$jobs" -- --no-print-directory "$@"
 }

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 
 #include "accumulate/ShadowState.h"
+#include "util/AutogradNode.h"
 
 namespace shadowgrad::accumulate {
 namespace {
@@ -61,7 +62,7 @@ class FoldingGatherBackward : public torch::autograd::Node {
 };
 
 // Connects `out` to `node`, whose one input edge is the parameter's gradient edge.
-at::Tensor attach(at::Tensor out, const at::Tensor& param, std::shared_ptr<torch::autograd::Node> node) {
+at::Tensor attach(at::Tensor out, const at::Tensor& param, const util::NodePtr& node) {
   node->set_next_edges(torch::autograd::collect_next_edges(param));
   torch::autograd::set_history(out, node);
   return out;
@@ -74,8 +75,7 @@ at::Tensor folding_cast(const std::shared_ptr<ShadowState>& state, size_t i, con
   at::Tensor out = param.detach().to(dtype, /*non_blocking=*/false, /*copy=*/true);
   if (!at::GradMode::is_enabled() || !param.requires_grad()) return out;
   return attach(std::move(out), param,
-                std::shared_ptr<FoldingCastBackward>(new FoldingCastBackward(state, i, param.scalar_type()),
-                                                     torch::autograd::deleteNode));
+                util::make_node<FoldingCastBackward>(state, i, param.scalar_type()));
 }
 
 at::Tensor folding_gather(const std::shared_ptr<ShadowState>& state, size_t i, const at::Tensor& param,
@@ -83,8 +83,7 @@ at::Tensor folding_gather(const std::shared_ptr<ShadowState>& state, size_t i, c
   at::Tensor out = param.detach().index_select(0, index).to(dtype);
   if (!at::GradMode::is_enabled() || !param.requires_grad()) return out;
   return attach(std::move(out), param,
-                std::shared_ptr<FoldingGatherBackward>(new FoldingGatherBackward(state, i, index, param),
-                                                       torch::autograd::deleteNode));
+                util::make_node<FoldingGatherBackward>(state, i, index, param));
 }
 
 } // namespace shadowgrad::accumulate

@@ -6,7 +6,6 @@
 #include <limits>
 
 #include <ATen/ATen.h>
-#include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>

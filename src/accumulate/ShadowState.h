@@ -10,10 +10,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "accumulate/StochasticRounding.h"
+#include "util/AutogradNode.h"
 
-namespace torch::autograd {
-struct Node;
-}
 
 namespace shadowgrad::accumulate {
 
@@ -23,7 +21,7 @@ struct ShadowState {
   std::unordered_map<const c10::TensorImpl*, size_t> index_of;  // parameter -> position in params
   // Holding the AccumulateGrad nodes keeps them (and our hooks on them) alive across graphs; the same
   // technique DDP's Reducer uses.
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_nodes;
+  std::vector<util::NodePtr> grad_nodes;
   std::vector<uintptr_t> hook_keys;
   c10::ScalarType grad_dtype = c10::kFloat;
   // stale[i]: shadows[i] holds a finished step's values and counts as zero. The next fold overwrites it

@@ -14,6 +14,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include "checkpoint/Manifest.h"
+#include "util/OptimizerStateKey.h"
 
 namespace shadowgrad::checkpoint {
 namespace {
@@ -74,7 +75,6 @@ const StateOps& ops_for(const torch::optim::Optimizer& optimizer) {
   throw std::invalid_argument("optimizer state: only Adam, AdamW and SGD can be resharded");
 }
 
-std::string key_of(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
 // Calls fn(param, offset of its first element, lo, hi) for each parameter holding part of [begin, begin + count),
 // where [lo, hi) is that part in flat indices.
@@ -106,7 +106,7 @@ FlatOptimizerState flatten(torch::optim::Optimizer& optimizer, int64_t begin, in
   bool seen = false;
   at::NoGradGuard no_grad;
   for_each_overlap(optimizer, begin, count, [&](const at::Tensor& p, int64_t offset, int64_t lo, int64_t hi) {
-    auto it = optimizer.state().find(key_of(p));
+    auto it = optimizer.state().find(util::optimizer_state_key(p));
     if (it == optimizer.state().end()) return;  // no update reached this parameter yet: zeros
     const int64_t step = ops.step(*it->second);
     if (seen && step != out.step)
@@ -130,7 +130,7 @@ void unflatten_into(torch::optim::Optimizer& optimizer, int64_t at, const FlatOp
   const StateOps& ops = ops_for(optimizer);
   at::NoGradGuard no_grad;
   for_each_overlap(optimizer, at, state.count, [&](const at::Tensor& p, int64_t offset, int64_t lo, int64_t hi) {
-    auto& slot = optimizer.state()[key_of(p)];
+    auto& slot = optimizer.state()[util::optimizer_state_key(p)];
     if (!slot) slot = ops.create();
     ops.set_step(*slot, state.step);
     for (const auto& [name, flat] : state.fields) {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
@@ -33,7 +34,9 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+// The c10d backend itself (ProcessGroupGloo and ProcessGroupNCCL are c10d::Backends since torch 2.0): shadowgrad
+// needs no ProcessGroup's dispatch over devices, only the collectives.
+c10::intrusive_ptr<c10d::Backend> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
                                                   double timeout_s, c10::Device device,
                                                   const std::string& master_addr) {
   if (device.is_cuda()) {
@@ -56,7 +59,7 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 
 struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<c10d::Backend> group;
   int rank = 0, world = 1;
   double timeout_s = 0;
   c10::Device device{c10::kCPU};
@@ -115,11 +118,14 @@ std::shared_ptr<Communicator> Communicator::connect(const ProcessEnvironment& en
   try {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(env.master_port);
-    opts.isServer = env.rank == 0;
-    opts.numWorkers = env.world_size;
-    opts.waitWorkers = true;
+    opts.isServer = env.rank == 0 && !env.agent_store;
+    if (!env.agent_store) opts.numWorkers = static_cast<std::size_t>(env.world_size);
+    opts.waitWorkers = !env.agent_store;
     opts.timeout = to_ms(timeout_s);
     impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    if (env.agent_store)
+      impl->store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", env.restart_count),
+                                                           impl->store);
     impl->group = make_group(impl->store, env.rank, env.world_size, timeout_s, device, env.master_addr);
     impl->introduce();
   } catch (const c10::Error& e) {

@@ -43,6 +43,9 @@ ProcessEnvironment ProcessEnvironment::from_environment() {
                                    env.world_size, required));
   env.master_addr = get("MASTER_ADDR");
   env.master_port = parse_int("MASTER_PORT", get("MASTER_PORT"), 1, 65535);
+  if (const char* a = get("TORCHELASTIC_USE_AGENT_STORE")) env.agent_store = std::string(a) == "True";
+  if (const char* c = get("TORCHELASTIC_RESTART_COUNT"))
+    env.restart_count = parse_int("TORCHELASTIC_RESTART_COUNT", c, 0, 1 << 20);
   return env;
 }
 

@@ -15,10 +15,10 @@ namespace {
 
 #ifdef SHADOWGRAD_WITH_CUDA
 // Bytes held by live tensors on `device` (not the allocator's cached, unused blocks).
-c10::cuda::CUDACachingAllocator::Stat cuda_allocated(c10::Device device) {
+auto cuda_allocated(c10::Device device) {
   namespace cca = c10::cuda::CUDACachingAllocator;
-  const cca::DeviceStats stats = cca::getDeviceStats(device.index() < 0 ? 0 : device.index());
-  return stats.allocated_bytes[static_cast<size_t>(cca::StatType::AGGREGATE)];
+  const auto stats = cca::getDeviceStats(device.index() < 0 ? 0 : device.index());
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
 }
 #endif
 

@@ -39,7 +39,7 @@ void TrackingAllocator::install() {
 
 bool TrackingAllocator::installed() { return g_installed; }
 
-c10::DataPtr TrackingAllocator::allocate(size_t nbytes) const {
+c10::DataPtr TrackingAllocator::allocate(size_t nbytes) {
   const size_t capacity = capacity_for(nbytes);
   void* data = nullptr;
   {
@@ -65,6 +65,10 @@ c10::DataPtr TrackingAllocator::allocate(size_t nbytes) const {
 }
 
 c10::DeleterFnPtr TrackingAllocator::raw_deleter() const { return &TrackingAllocator::deleter; }
+
+void TrackingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  default_copy_data(dest, src, count);
+}
 
 void TrackingAllocator::deleter(void* ptr) { get().release(ptr); }
 

@@ -36,8 +36,10 @@ class TrackingAllocator final : public c10::Allocator {
   // The process-wide instance (counting only once installed).
   static TrackingAllocator& get();
 
-  c10::DataPtr allocate(size_t nbytes) const override;
+  c10::DataPtr allocate(size_t nbytes) override;
   c10::DeleterFnPtr raw_deleter() const override;
+  // Tensor clones of CPU storage: a plain memcpy, as c10's default CPU allocator does.
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
 
   // Bytes allocated through this allocator and not yet freed.
   int64_t current_bytes() const;

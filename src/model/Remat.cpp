@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include "util/AutogradNode.h"
+
 namespace shadowgrad::model {
 namespace {
 
@@ -59,8 +61,7 @@ at::Tensor rematerialise(const std::vector<at::Tensor>& inputs, Segment segment)
     at::NoGradGuard no_grad;  // nothing inside is kept for backward
     out = segment(detached);
   }
-  auto node = std::shared_ptr<RematBackward>(new RematBackward(detached, needs_grad, std::move(segment)),
-                                             torch::autograd::deleteNode);
+  auto node = util::make_node<RematBackward>(detached, needs_grad, std::move(segment));
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
   torch::autograd::set_history(out, node);
   return out;

@@ -7,6 +7,7 @@
 
 #include "accumulate/StochasticRounding.h"
 #include "optim/AdamWUpdate.h"
+#include "util/OptimizerStateKey.h"
 
 namespace shadowgrad::train {
 
@@ -55,7 +56,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       const size_t param_position = position++;
       const auto& grad = p.grad();
       if (!grad.defined()) continue;
-      const auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const auto key = util::optimizer_state_key(p);
       auto it = state_.find(key);
       if (it == state_.end()) {
         auto fresh = std::make_unique<torch::optim::AdamWParamState>();

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Intent: `pip install --no-build-isolation .` as a user runs it (docs/python.md): into a fresh venv that already
+# has torch, then the Python tests through the installed package only (no PYTHONPATH, run from outside the tree).
+# The fresh venv sees the project venv's torch and torchvision through a .pth file rather than a 5.5 GB second copy.
+# Usage: tests/pip_install_test.sh SOURCE_DIR WORK_DIR PYTHON_WITH_TORCH
+# Cost: compiles the module (~2 min of one core) and runs python/tests (~1 min).
+set -euo pipefail
+src=$1 work=$2 torch_python=$3
+rm -rf "$work" && mkdir -p "$work"
+python3 -m venv "$work/venv"
+py=$work/venv/bin/python
+own_site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
+"$torch_python" -c 'import site; print(site.getsitepackages()[0])' > "$own_site/torch_env.pth"
+"$py" -c 'import torch' || { echo "FAIL: torch not visible in the fresh venv"; exit 1; }
+# --no-build-isolation builds with this environment's own tools: a venv's setuptools may predate pyproject.toml's
+# requirement (bdist_wheel in setuptools itself), as a user's may.
+"$py" -m pip install -q --disable-pip-version-check --upgrade 'setuptools>=70.1' 2> >(grep -v '^WARNING: Location' >&2)
+# A copy of the sources, as a user's checkout, so the build leaves nothing in the tree.
+mkdir -p "$work/checkout" && (cd "$src" && git ls-files --cached --others --exclude-standard -z | xargs -0 cp --parents -t "$work/checkout")
+"$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$work/checkout" 2> >(grep -v '^WARNING: Location' >&2)
+cd "$work"
+"$py" -c 'import shadowgrad, sys; assert "/site-packages/" in shadowgrad.__file__, shadowgrad.__file__; print("installed:", shadowgrad.__file__, shadowgrad.__version__)'
+# libgomp: one OpenMP runtime in the process, torch's own.
+"$py" -c 'import shadowgrad
+maps = {l.split()[-1] for l in open("/proc/self/maps") if "libgomp" in l}
+assert len(maps) == 1 and "/torch/lib/" in next(iter(maps)), maps
+print("OpenMP runtime:", *maps)'
+env -u PYTHONPATH "$py" -m unittest discover -s "$src/python/tests" -t "$src/python/tests"
