@@ -27,8 +27,13 @@ void configure_allocator_cache(int64_t mib) {
 c10::Device resolve_device(config::Hardware hardware) {
   if (hardware == config::Hardware::cuda) {
     if (!at::hasCUDA())
-      throw InputError("hardware=cuda, but this LibTorch build has no CUDA support or no GPU is visible; use "
-                       "hardware=cpu");
+#ifdef SHADOWGRAD_WITH_CUDA
+      throw InputError("hardware=cuda, but no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES "
+                       "hides them); use hardware=cpu");
+#else
+      throw InputError("hardware=cuda, but this build's LibTorch has no CUDA; build against a CUDA torch wheel, or "
+                       "use hardware=cpu");
+#endif
     return c10::Device(c10::kCUDA, 0);
   }
   return c10::Device(c10::kCPU);
