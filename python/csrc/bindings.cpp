@@ -23,7 +23,7 @@ namespace {
 c10::ScalarType to_scalar_type(const py::object& dtype) {
   if (!THPDtype_Check(dtype.ptr()))
     throw py::type_error("grad_dtype must be a torch.dtype, e.g. torch.bfloat16, got " +
-                         std::string(py::str(dtype.get_type())));
+                         std::string(py::str(py::type::handle_of(dtype))));
   auto type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
   if (!c10::isFloatingType(type))
     throw py::value_error("grad_dtype must be a floating dtype (torch.float32, torch.bfloat16, torch.float16, "
