@@ -76,6 +76,8 @@ for c in $candidates; do [[ $c == sched || $c == gns ]] || die "unknown candidat
 # One run, stopped (SIGTERM: the trainer finishes its step and exits 143) at its first evaluation at or below the
 # target; $out/$name.done marks a finished run, so a re-run skips it.
 reached() { grep -o '"eval_loss": [0-9.eE+-]*' "$1" 2>/dev/null | awk -v t="$target" '$2 + 0 <= t { f = 1 } END { exit !f }'; }
+# Every run's budget: 40000 sequences (1.3M tokens, about one epoch), whatever its batch does.
+spent() { tail -1 "$1" 2>/dev/null | grep -o '"tokens_seen": [0-9]*' | awk -v L="$seq_len" '$2 / L >= 40000 { f = 1 } END { exit !f }'; }
 # run_one NAME SEED key=value...: the arm's own keys after the common ones.
 run_one() {
   local name=$1 seed=$2 pid rc=0
@@ -94,14 +96,14 @@ run_one() {
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     sleep 1
-    if reached "$out/$name/metrics.jsonl"; then kill -TERM "$pid" 2>/dev/null || true; fi
+    if reached "$out/$name/metrics.jsonl" || spent "$out/$name/metrics.jsonl"; then kill -TERM "$pid" 2>/dev/null || true; fi
   done
   wait "$pid" || rc=$?
   if ((rc != 0 && rc != 143)); then
     echo "batch_size_study.sh: run $name failed (exit $rc); see $out/$name.log" >&2
     return 1
   fi
-  reached "$out/$name/metrics.jsonl" || echo "batch_size_study.sh: run $name did not reach $target" >&2
+  reached "$out/$name/metrics.jsonl" || echo "batch_size_study.sh: run $name did not reach $target in 40000 sequences" >&2
   touch "$out/$name.done"
 }
 # A fixed batch B: K = B / 8, lr(B) = LR8 sqrt(B / 8) capped at 1e-2, at most 40000 sequences (at least 100 steps).
@@ -115,6 +117,7 @@ run_fixed() {
 # A candidate: the LR rule through batch_size_lr_scaling=sqrt from LR8 at 8 sequences, capped at 1e-2.
 run_candidate() {
   local arm=$1 seed=$2 grow=(learning_rate="$lr8" batch_size_lr_scaling=sqrt batch_size_lr_max=1e-2 steps=5000)
+  # steps=5000 is never reached: the run stops at the target or after 40000 sequences (spent).
   case $arm in
   sched) run_one "sched-s$seed" "$seed" per_device_batch_size=8 batch_size_schedule="$schedule" "${grow[@]}" ;;
   gns) run_one "gns-s$seed" "$seed" per_device_batch_size=4 global_batch_size=8 batch_size_policy=gns \
