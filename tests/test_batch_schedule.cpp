@@ -14,6 +14,7 @@
 #include "TinyConfig.h"
 #include "TrainerProcess.h"
 #include "checkpoint/Crc32.h"
+#include "checkpoint/Manifest.h"
 #include "config/BatchSizeSchedule.h"
 #include "config/GlobalBatch.h"
 #include "data/DataSource.h"
@@ -384,4 +385,32 @@ TEST_CASE("a checkpoint from before data_order resumes on its (step, index) data
   REQUIRE(a.size() == 6);
   CHECK(std::vector<std::string>(a.begin(), a.begin() + 3) == std::vector<std::string>(b.begin(), b.begin() + 3));
   CHECK(a[3] != b[3]);
+}
+
+TEST_CASE("manifest format 3 keeps the data order, the sequences trained and the batch; older ones read as steps",
+          "[batch][checkpoint]") {
+  checkpoint::Manifest m;
+  m.state.step = 9;
+  m.state.batch_last_change_step = 5;
+  m.data_position = 96;  // Checkpointer::save: the sequences trained so far
+  m.global_batch = 16;
+  const std::string text = m.to_text();
+  CHECK_THAT(text, Catch::Contains("format_version: 3\n") && Catch::Contains("data_order: sequences\n"));
+  const auto back = checkpoint::Manifest::parse(text, "m.yml");
+  CHECK_FALSE(back.state.step_order);
+  CHECK(back.state.sequences == 96);
+  CHECK(back.state.global_batch == 16);
+  CHECK(back.state.batch_last_change_step == 5);
+  // Without data_order (a format-2 manifest): the (step, index) order, nothing counted in sequences.
+  std::string old;
+  for (size_t at = 0, next; at < text.size(); at = next + 1) {
+    next = text.find('\n', at);
+    const std::string line = text.substr(at, next - at);
+    if (line.rfind("data_order:", 0) == 0 || line.rfind("# crc32", 0) == 0) continue;
+    old += line + "\n";
+  }
+  old += "# crc32 of the lines above: " + checkpoint::crc32_hex(checkpoint::crc32(old.data(), old.size())) + "\n";
+  const auto legacy = checkpoint::Manifest::parse(old, "old.yml");
+  CHECK(legacy.state.step_order);
+  CHECK(legacy.state.sequences == 0);
 }
