@@ -387,7 +387,7 @@ TEST_CASE("a checkpoint from before data_order resumes on its (step, index) data
   CHECK(a[3] != b[3]);
 }
 
-TEST_CASE("manifest format 3 keeps the data order, the sequences trained and the batch; older ones read as steps",
+TEST_CASE("manifest format 3 keeps the data order, the sequences trained and the batch, older ones read as steps",
           "[batch][checkpoint]") {
   checkpoint::Manifest m;
   m.state.step = 9;
