@@ -81,7 +81,7 @@ if [[ -z $torchrun || ! -x $torchrun ]]; then
 fi
 
 echo "== torchrun, two agents, one killed between two changes: the survivor keeps the scheduled batch"
-long=(steps=60 checkpoint_period=5 batch_size_schedule=0:4,8s:8,40s:16 learning_rate_schedule_steps=60)
+long=(steps=60 checkpoint_period=5 batch_size_schedule=0:4,8s:8,40s:16)
 "$TRAINER" "${tiny[@]}" "${long[@]}" run_name=alone >"$tmp/alone.log" 2>&1 || { cat "$tmp/alone.log"; fail "alone failed"; }
 port=$(free_port)
 agent() {
