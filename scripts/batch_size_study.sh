@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
-# Intent: measure the critical batch size on real text and compare it with the online gradient noise scale
-# (docs/batch-size.md). Trains a small model on the KJV token files of scripts/prepare_data.sh (vocab 1024) at global
-# batches of 8..512 sequences (per_device_batch_size=8, K = 1..64), each until a fixed eval loss is reached (then it is
-# stopped; or its step budget runs out), with the LR rule lr(B) = LR8 * sqrt(B / 8) capped at 1e-2, constant (no warmup, no decay). Then fits
-# McCandlish's (S/S_min - 1)(E/E_min - 1) = 1 to steps S and examples E to the target, giving B_crit = E_min/S_min,
-# and sets it beside the runs' gns_tokens (divided by the sequence length: B_simple in sequences).
-# Cost: measured 2026-12-01 on the project's 2-core AMD EPYC, shared (load average ~22): 1 core-minute of CPU in all
-# (59 s user+sys for the 7 runs), 16 min of wall time (5 min for B = 8..256, two runs at a time, then 11 min for
-# B = 512, whose evaluation runs every step); one thread per run, under nice -n 10. Finished runs are skipped.
+# Intent: measure the critical batch size on real text, set it beside the online gradient noise scale, and measure
+# where batches that grow during the run lie against the fixed-batch frontier (docs/batch-size.md). Trains a small
+# model on the KJV token files of scripts/prepare_data.sh (vocab 1024), each run until a fixed eval loss is reached
+# (then it is stopped; or its budget of 40000 sequences runs out), with the LR rule lr(B) = LR8 * sqrt(B / 8) capped at
+# 1e-2, constant (no warmup, no decay), for every seed of --seeds (init_weights_seed = data_shuffle_seed = seed):
+#   - baselines: fixed global batches of 8..512 sequences (per_device_batch_size=8, K = 1..64); fits McCandlish's
+#     S = S_min + E_min / B to steps S and examples E to the target, B_crit = E_min / S_min;
+#   - candidates: "sched", a token-keyed doubling schedule 8 -> 256 (--schedule), and "gns", batch_size_policy=gns from
+#     8 sequences (per_device_batch_size=4, K=2, so that the noise scale is measured from the first step) up to 256;
+#     both with batch_size_lr_scaling=sqrt and batch_size_lr_max=1e-2, i.e. the same LR rule at every batch;
+#   - reports (scripts/lib/batch_frontier.py) the examples saved at equal steps and the steps saved at equal
+#     examples against the frontier, with 95 % bootstrap intervals over seeds.
+# Cost: measured 2026-12-02 on a quiet 2-core Intel Xeon, two runs at a time, one thread each, under nice -n 10:
+# 27 runs (3 seeds x 7 baselines + 2 candidates), 872 s of summed step time, 9 min 10 s of wall time (about 3 min
+# per seed). Finished runs are skipped.
 #
-# Usage: scripts/batch_size_study.sh [--data DIR] [--out DIR] [--batches "8 16 ..."] [--target LOSS] [--lr8 LR]
+# Usage: scripts/batch_size_study.sh [--data DIR] [--out DIR] [--batches "8 16 ..."] [--seeds "0 1 2"]
+#                                   [--candidates "sched gns"] [--schedule S] [--target LOSS] [--lr8 LR]
 #                                   [--jobs N] [--fit-only] [key=value ...]
-#   --data DIR      token files from scripts/prepare_data.sh --vocab-size 1024 (default data/kjv1024; made if missing)
-#   --out DIR       where the runs, results.md and the plots go (default runs/batch_size_study)
-#   --batches LIST  global batches in sequences, each 8 x K (default "8 16 32 64 128 256 512")
-#   --target LOSS   the eval loss every run must reach (default 4.0)
-#   --lr8 LR        learning rate at 8 sequences (default 2e-3)
-#   --jobs N        runs at a time, one thread each (default 2)
-#   --fit-only      do not train; refit and replot the runs in --out
-#   key=value       overrides for every run (after the study's own settings)
-# Run time: about 1 core-minute of CPU; 16 min of wall time, measured on the busy shared 2-core machine.
-# Writes DIR/results.md, DIR/results.tsv, DIR/steps_vs_examples.png and DIR/gns.png.
+#   --data DIR        token files from scripts/prepare_data.sh --vocab-size 1024 (default data/kjv1024; made if missing)
+#   --out DIR         where the runs, results.md and the plots go (default runs/batch_size_study)
+#   --batches LIST    fixed global batches in sequences, each 8 x K (default "8 16 32 64 128 256 512")
+#   --seeds LIST      seeds of every arm (default "0 1 2")
+#   --candidates LIST growing-batch arms among "sched gns" (default both; "" for none)
+#   --schedule S      the sched arm's batch_size_schedule (default 0:8,16k:16,25.6k:32,38.4k:64,64k:128,96k:256)
+#   --target LOSS     the eval loss every run must reach (default 4.0)
+#   --lr8 LR          learning rate at 8 sequences (default 2e-3)
+#   --jobs N          runs at a time, one thread each (default 2)
+#   --fit-only        do not train; refit and replot the runs in --out
+#   key=value         overrides for every run (after the study's own settings)
+# Run time: about 3 min of wall time per seed on a quiet 2-core machine (9 min for the default 3 seeds).
+# Writes DIR/results.md, DIR/results.tsv, DIR/frontier.md, DIR/steps_vs_examples.png and DIR/gns.png.
 # Exit: 0 ok; 1 a run failed or the fit had too few points; 2 bad usage.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,14 +40,16 @@ die() {
   exit 2
 }
 data=data/kjv1024 out=runs/batch_size_study batches="8 16 32 64 128 256 512" target=4.0 lr8=2e-3 fit_only=0 jobs=2
+seeds="0 1 2" candidates="sched gns" schedule=0:8,16k:16,25.6k:32,38.4k:64,64k:128,96k:256
 common=()
 while (($#)); do
   case $1 in
   -h | --help) sed -n '/^# Usage:/,/^# Exit:/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" && exit 0 ;;
-  --data | --out | --batches | --target | --lr8 | --jobs)
+  --data | --out | --batches | --target | --lr8 | --jobs | --seeds | --candidates | --schedule)
     (($# >= 2)) || die "$1 needs a value"
     case $1 in
     --data) data=$2 ;; --out) out=$2 ;; --batches) batches=$2 ;; --target) target=$2 ;; --lr8) lr8=$2 ;; --jobs) jobs=$2 ;;
+    --seeds) seeds=$2 ;; --candidates) candidates=$2 ;; --schedule) schedule=$2 ;;
     esac
     shift
     ;;
@@ -48,154 +60,194 @@ while (($#)); do
   shift
 done
 
-[[ -f $data/train.bin ]] || "$repo/scripts/prepare_data.sh" --out "$data" --vocab-size 1024
-vocab=$(wc -l <"$data/tokenizer.vocab")
-trainer=${TRAINER:-$repo/build/trainer}
-[[ -x $trainer ]] || "$repo/scripts/build.sh" trainer >&2
+if ((fit_only == 0)); then
+  [[ -f $data/train.bin ]] || "$repo/scripts/prepare_data.sh" --out "$data" --vocab-size 1024
+  vocab=$(wc -l <"$data/tokenizer.vocab")
+  trainer=${TRAINER:-$repo/build/trainer}
+  [[ -x $trainer ]] || "$repo/scripts/build.sh" trainer >&2
+fi
 seq_len=32
 mkdir -p "$out"
 
+for c in $candidates; do [[ $c == sched || $c == gns ]] || die "unknown candidate $c (sched or gns)"; done
+
 # The scaled-down setup (docs/batch-size.md says why): 2 layers, width 64, 32-token windows, vocab 1024, bf16
 # compute, one thread. Evaluation on the same 128 validation windows of 32 tokens for every run, every 512 training
-# sequences (at least every step), so steps-to-target is read at a comparable resolution in examples.
+# sequences (eval_interval_sequences: the same points in data whatever the batch, which may change).
 # One run, stopped (SIGTERM: the trainer finishes its step and exits 143) at its first evaluation at or below the
 # target; $out/$name.done marks a finished run, so a re-run skips it.
 reached() { grep -o '"eval_loss": [0-9.eE+-]*' "$1" 2>/dev/null | awk -v t="$target" '$2 + 0 <= t { f = 1 } END { exit !f }'; }
+# Every run's budget: 40000 sequences (1.3M tokens, about one epoch), whatever its batch does.
+spent() { tail -1 "$1" 2>/dev/null | grep -o '"tokens_seen": [0-9]*' | awk -v L="$seq_len" '$2 / L >= 40000 { f = 1 } END { exit !f }'; }
+# run_one NAME SEED key=value...: the arm's own keys after the common ones.
 run_one() {
-  local B=$1 K=$(($1 / 8)) name=b$1 lr steps every pid rc=0
-  lr=$(awk -v l="$lr8" -v b="$B" 'BEGIN { x = l * sqrt(b / 8); printf "%.4g", (x > 1e-2 ? 1e-2 : x) }')
-  # Step budget: 40000 sequences (1.3M tokens), at least 100 steps; evaluation every 512 sequences.
-  steps=$(awk -v b="$B" 'BEGIN { s = int(40000 / b); print (s < 100 ? 100 : s) }')
-  every=$(awk -v b="$B" 'BEGIN { e = int(512 / b); print (e < 1 ? 1 : e) }')
-  echo "batch $B: K=$K lr=$lr at most $steps steps, eval every $every steps" >&2
+  local name=$1 seed=$2 pid rc=0
+  shift 2
+  echo "$name: $*" >&2
   rm -rf "${out:?}/$name" "$out/$name.done"
   nice -n 10 "$trainer" "$repo/configs/base.yml" base_output_directory="$out" run_name="$name" \
     dataset_type=tokens dataset_path="$data/train.bin" eval_dataset_path="$data/val.bin" \
     tokenizer_path="$data/tokenizer.model" vocab_size="$vocab" \
     base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=4 head_dim=16 base_mlp_dim=256 \
-    base_num_decoder_layers=2 max_target_length=$seq_len per_device_batch_size=8 gradient_accumulation_steps=$K \
-    dtype=bfloat16 num_threads=1 steps="$steps" learning_rate="$lr" learning_rate_schedule_steps=100000 \
-    warmup_steps_fraction=0 cosine_learning_rate_final_fraction=1 eval_interval="$every" eval_steps=16 \
+    base_num_decoder_layers=2 max_target_length=$seq_len init_weights_seed="$seed" data_shuffle_seed="$seed" \
+    dtype=bfloat16 num_threads=1 learning_rate_schedule_steps=100000 \
+    warmup_steps_fraction=0 cosine_learning_rate_final_fraction=1 eval_interval_sequences=512 eval_steps=16 \
     eval_per_device_batch_size=8 enable_checkpointing=false log_period=50 gradient_noise_scale=true \
-    gns_ema_decay=0.95 "${common[@]}" >"$out/$name.log" 2>&1 &
+    gns_ema_decay=0.95 "$@" "${common[@]}" >"$out/$name.log" 2>&1 &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 2
-    if reached "$out/$name/metrics.jsonl"; then kill -TERM "$pid" 2>/dev/null || true; fi
+    sleep 1
+    if reached "$out/$name/metrics.jsonl" || spent "$out/$name/metrics.jsonl"; then kill -TERM "$pid" 2>/dev/null || true; fi
   done
   wait "$pid" || rc=$?
   if ((rc != 0 && rc != 143)); then
     echo "batch_size_study.sh: run $name failed (exit $rc); see $out/$name.log" >&2
     return 1
   fi
-  reached "$out/$name/metrics.jsonl" || echo "batch_size_study.sh: run $name did not reach $target in $steps steps" >&2
+  reached "$out/$name/metrics.jsonl" || echo "batch_size_study.sh: run $name did not reach $target in 40000 sequences" >&2
   touch "$out/$name.done"
 }
+# A fixed batch B: K = B / 8, lr(B) = LR8 sqrt(B / 8) capped at 1e-2, at most 40000 sequences (at least 100 steps).
+run_fixed() {
+  local B=$1 seed=$2 lr steps
+  lr=$(awk -v l="$lr8" -v b="$B" 'BEGIN { x = l * sqrt(b / 8); printf "%.4g", (x > 1e-2 ? 1e-2 : x) }')
+  steps=$(awk -v b="$B" 'BEGIN { s = int(40000 / b); print (s < 100 ? 100 : s) }')
+  run_one "b$B-s$seed" "$seed" per_device_batch_size=8 gradient_accumulation_steps=$((B / 8)) steps="$steps" \
+    learning_rate="$lr"
+}
+# A candidate: the LR rule through batch_size_lr_scaling=sqrt from LR8 at 8 sequences, capped at 1e-2.
+run_candidate() {
+  local arm=$1 seed=$2 grow=(learning_rate="$lr8" batch_size_lr_scaling=sqrt batch_size_lr_max=1e-2 steps=5000)
+  # steps=5000 is never reached: the run stops at the target or after 40000 sequences (spent).
+  case $arm in
+  sched) run_one "sched-s$seed" "$seed" per_device_batch_size=8 batch_size_schedule="$schedule" "${grow[@]}" ;;
+  gns) run_one "gns-s$seed" "$seed" per_device_batch_size=4 global_batch_size=8 batch_size_policy=gns \
+    global_batch_size_max=256 "${grow[@]}" ;;
+  esac
+}
 
-# --jobs N runs at a time (each one thread).
+# --jobs N runs at a time (each one thread); the first seed of every arm before the second.
 if ((fit_only == 0)); then
   failed=0
-  for B in $batches; do
-    ((B % 8 == 0)) || die "global batch $B is not a multiple of 8 (per_device_batch_size)"
-    [[ -f $out/b$B.done ]] && continue
-    while (($(jobs -rp | wc -l) >= jobs)); do wait -n || failed=1; done
-    run_one "$B" &
+  for seed in $seeds; do
+    for arm in $batches $candidates; do
+      if [[ $arm =~ ^[0-9]+$ ]]; then
+        ((arm % 8 == 0)) || die "global batch $arm is not a multiple of 8 (per_device_batch_size)"
+        name=b$arm-s$seed
+      else
+        name=$arm-s$seed
+      fi
+      [[ -f $out/$name.done ]] && continue
+      while (($(jobs -rp | wc -l) >= jobs)); do wait -n || failed=1; done
+      if [[ $arm =~ ^[0-9]+$ ]]; then run_fixed "$arm" "$seed" & else run_candidate "$arm" "$seed" & fi
+    done
   done
   while (($(jobs -rp | wc -l) > 0)); do wait -n || failed=1; done
   ((failed == 0)) || exit 1
 fi
 
-# Steps to the target: the first evaluation at or below it, linearly interpolated with the evaluation before.
+# Steps to the target: the first evaluation at or below it, linearly interpolated with the evaluation before (in
+# steps; examples likewise in tokens_seen / 32, exact when the batch changes between the two).
 # gns: gns_tokens at the step the target is reached, and its median over steps 21..target (the EMA has settled after
 # ~20 steps), also in sequences (divided by the window length).
 results=$out/results.tsv
-printf "batch\tK\tsteps_to_target\texamples_to_target\tgns_tokens_median\tgns_seq_median\tgns_tokens_at_target\tgns_seq_at_target\ttrain_s\n" >"$results"
-for B in $batches; do
-  m=$out/b$B/metrics.jsonl
-  [[ -f $m ]] || continue
-  awk -v B="$B" -v target="$target" -v L="$seq_len" '
-    function field(name,   re, s) {
-      re = "\"" name "\": [^,}]*"
-      if (!match($0, re)) return ""
-      s = substr($0, RSTART, RLENGTH); sub(/^[^:]*: /, "", s); return s
-    }
-    {
-      step = field("step"); t += field("step_time_s")
-      g = field("gns_tokens"); if (g != "" && g != "null" && !hit) { last_g = g + 0; if (step > 20) gns[++n] = g + 0 }
-      e = field("eval_loss")
-      if (e == "" || hit) next
-      if (e + 0 <= target) {
-        s = (prev_step == "" ? step : prev_step + (step - prev_step) * (prev_e - target) / (prev_e - e))
-        hit = 1; hit_t = t
+printf "arm\tbatch\tseed\tsteps_to_target\texamples_to_target\tgns_tokens_median\tgns_seq_median\tgns_tokens_at_target\tgns_seq_at_target\ttrain_s\tfinal_batch\n" >"$results"
+for seed in $seeds; do
+  for arm in $batches $candidates; do
+    if [[ $arm =~ ^[0-9]+$ ]]; then name=b$arm-s$seed B=$arm label=b$arm; else name=$arm-s$seed B=0 label=$arm; fi
+    m=$out/$name/metrics.jsonl
+    [[ -f $m ]] || continue
+    awk -v arm="$label" -v B="$B" -v seed="$seed" -v target="$target" -v L="$seq_len" '
+      function field(name,   re, s) {
+        re = "\"" name "\": [^,}]*"
+        if (!match($0, re)) return ""
+        s = substr($0, RSTART, RLENGTH); sub(/^[^:]*: /, "", s); return s
       }
-      prev_step = step; prev_e = e + 0
-    }
-    END {
-      if (!hit) { s = "NA"; hit_t = t }
-      med = "NA"
-      if (n > 0) {  # insertion sort (mawk has no asort)
-        for (i = 2; i <= n; i++) { v = gns[i]; for (j = i - 1; j >= 1 && gns[j] > v; j--) gns[j + 1] = gns[j]; gns[j + 1] = v }
-        med = (n % 2 ? gns[(n + 1) / 2] : (gns[n / 2] + gns[n / 2 + 1]) / 2)
+      {
+        step = field("step"); t += field("step_time_s"); seen = field("tokens_seen") / L
+        if (!hit) batch = field("global_batch_size")
+        g = field("gns_tokens"); if (g != "" && g != "null" && !hit) { last_g = g + 0; if (step > 20) gns[++n] = g + 0 }
+        e = field("eval_loss")
+        if (e == "" || hit) next
+        if (e + 0 <= target) {
+          f = (prev_step == "" ? 1 : (prev_e - target) / (prev_e - e))
+          s = (prev_step == "" ? step : prev_step + (step - prev_step) * f)
+          x = (prev_step == "" ? seen : prev_seen + (seen - prev_seen) * f)
+          hit = 1; hit_t = t
+        }
+        prev_step = step; prev_e = e + 0; prev_seen = seen
       }
-      at = (hit && last_g != "" ? last_g : "NA")
-      printf "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n", B, B / 8, s, (s == "NA" ? "NA" : s * B), med,
-             (med == "NA" ? "NA" : med / L), at, (at == "NA" ? "NA" : at / L), hit_t
-    }' "$m" >>"$results"
+      END {
+        if (!hit) { s = "NA"; x = "NA"; hit_t = t }
+        med = "NA"
+        if (n > 0) {  # insertion sort (mawk has no asort)
+          for (i = 2; i <= n; i++) { v = gns[i]; for (j = i - 1; j >= 1 && gns[j] > v; j--) gns[j + 1] = gns[j]; gns[j + 1] = v }
+          med = (n % 2 ? gns[(n + 1) / 2] : (gns[n / 2] + gns[n / 2 + 1]) / 2)
+        }
+        at = (hit && last_g != "" ? last_g : "NA")
+        printf "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", arm, B, seed, s, x, med,
+               (med == "NA" ? "NA" : med / L), at, (at == "NA" ? "NA" : at / L), hit_t, batch
+      }' "$m" >>"$results"
+  done
 done
 cat "$results" >&2
 
-# Fit (S/S_min - 1)(E/E_min - 1) = 1, i.e. S = S_min (1 + B_crit / B) with E = B S: a least-squares line of S against
-# 1/B (S = S_min + E_min * (1/B)), then B_crit = E_min / S_min.
-fit=$(awk -F'\t' 'NR > 1 && $3 != "NA" { n++; x = 1 / $1; y = $3; sx += x; sy += y; sxx += x * x; sxy += x * y }
-  END {
-    if (n < 3) { print "NA NA NA"; exit }
-    b = (n * sxy - sx * sy) / (n * sxx - sx * sx); a = (sy - b * sx) / n
-    printf "%.4g %.4g %.4g\n", a, b, (a > 0 ? b / a : "NA")
-  }' "$results")
-read -r s_min e_min b_crit <<<"$fit"
-gns_all=$(awk -F'\t' 'NR > 1 && $8 != "NA" { printf "%s%s", (n++ ? ", " : ""), $8 }' "$results")
+# The frontier and the candidates against it, with intervals (scripts/lib/batch_frontier.py).
+frontier_rc=0
+/usr/bin/python3 "$repo/scripts/lib/batch_frontier.py" "$results" --md "$out/frontier.md" --plot-data "$out/plot" ||
+  frontier_rc=$?
+read -r s_min e_min <"$out/plot/frontier.dat" 2>/dev/null || { s_min=NA e_min=NA; }
+b_crit=$(awk -v s="$s_min" -v e="$e_min" 'BEGIN { if (s == "NA" || s <= 0) print "NA"; else printf "%.4g", e / s }')
 {
-  echo "# Batch-size study: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "# Batch-size study: $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
   echo
-  echo "Target eval loss $target; lr(B) = $lr8 * sqrt(B/8); sequences of $seq_len tokens."
+  echo "Target eval loss $target; lr(B) = $lr8 * sqrt(B/8) capped at 1e-2; sequences of $seq_len tokens; seeds $seeds."
+  echo "Candidates: sched = batch_size_schedule=$schedule; gns = batch_size_policy=gns from 8 to 256 sequences."
   echo
-  echo "| global batch (seq) | K | steps to target | examples to target | B_simple at target (seq) | B_simple median (seq) | train s |"
-  echo "|---|---|---|---|---|---|---|"
-  awk -F'\t' 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $8, $6, $9 }' "$results"
+  echo "| arm | seed | steps to target | examples to target | batch at target | B_simple at target (seq) | B_simple median (seq) | train s |"
+  echo "|---|---|---|---|---|---|---|---|"
+  awk -F'\t' 'NR > 1 { printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $3, $4, $5, $11, $9, $7, $10 }' "$results"
   echo
-  echo "Fit S = S_min (1 + B_crit/B): S_min = $s_min steps, E_min = $e_min sequences, **B_crit = $b_crit sequences**"
-  echo "($(awk -v b="$b_crit" -v L="$seq_len" 'BEGIN { if (b == "NA") print "NA"; else printf "%.0f", b * L }') tokens)."
-  echo "Online B_simple (gns_tokens / $seq_len) when each run reached the target, in sequences: $gns_all."
+  cat "$out/frontier.md" 2>/dev/null
 } >"$out/results.md"
 cat "$out/results.md"
 
-# Plots: steps against examples to the target (with the fitted hyperbola), and gns_tokens against step per run.
-if command -v gnuplot >/dev/null; then
-  awk -F'\t' 'NR > 1 && $3 != "NA" { print $4, $3, $1 }' "$results" >"$out/se.dat"
+# Plots: steps against examples to the target (every seed; the fitted hyperbola; the candidates), and gns_tokens
+# against sequences seen for the first seed of every arm.
+if command -v gnuplot >/dev/null && [[ -f $out/plot/baselines.dat ]]; then
+  cand_plots="" pt=5
+  for c in $candidates; do
+    [[ -s $out/plot/$c.dat ]] || continue
+    cand_plots+=", '$out/plot/$c.dat' using 1:2 with points pt $pt ps 2 lw 2 title '$c (per seed)'"
+    pt=$((pt + 4))
+  done
   gnuplot <<EOF
 set terminal pngcairo noenhanced size 900,600
 set output '$out/steps_vs_examples.png'
-set title 'steps vs examples to eval loss $target (labels: global batch in sequences); B_crit = $b_crit'
+set title 'steps vs examples to eval loss $target (labels: fixed global batch); B_crit = $b_crit'
 set xlabel 'examples (sequences) to target'
 set ylabel 'optimizer steps to target'
 set logscale xy
 set grid
+set key below
 Smin = $s_min
 Emin = $e_min
 f(E) = (E > Emin ? Smin * (1 + 1 / (E / Emin - 1)) : 1/0)
 set samples 400
-plot '$out/se.dat' using 1:2 with points pt 7 ps 1.5 title 'runs', \
-     '' using 1:2:3 with labels offset 1.5,0.8 notitle, \
-     f(x) with lines lw 2 title '(S/S_min - 1)(E/E_min - 1) = 1'
+plot '$out/plot/baselines.dat' using 1:2 with points pt 7 ps 1.2 title 'fixed batch (per seed)', \
+     '$out/plot/labels.dat' using 1:2:(sprintf('%d', \$3)) with labels offset 2,0.8 notitle, \
+     f(x) with lines lw 2 title '(S/S_min - 1)(E/E_min - 1) = 1'${cand_plots}
 EOF
   plots=""
-  for B in $batches; do
-    m=$out/b$B/metrics.jsonl
+  first=${seeds%% *}
+  for arm in $batches $candidates; do
+    if [[ $arm =~ ^[0-9]+$ ]]; then name=b$arm-s$first; else name=$arm-s$first; fi
+    m=$out/$name/metrics.jsonl
     [[ -f $m ]] || continue
-    awk -v L="$seq_len" -v B="$B" '{ if (match($0, /"gns_tokens": [^,}]*/)) { v = substr($0, RSTART + 14, RLENGTH - 14);
-      match($0, /"step": [0-9]+/); s = substr($0, RSTART + 8, RLENGTH - 8); if (v != "null") print s * B, v / L } }' \
-      "$m" >"$out/gns_b$B.dat"
-    [[ -s $out/gns_b$B.dat ]] && plots+="'$out/gns_b$B.dat' using 1:2 with lines lw 2 title 'B=$B', "
+    awk -v L="$seq_len" '{ if (match($0, /"gns_tokens": [^,}]*/)) { v = substr($0, RSTART + 14, RLENGTH - 14);
+      match($0, /"tokens_seen": [0-9]+/); s = substr($0, RSTART + 15, RLENGTH - 15); if (v != "null") print s / L, v / L } }' \
+      "$m" >"$out/gns_$name.dat"
+    [[ -s $out/gns_$name.dat ]] && plots+="'$out/gns_$name.dat' using 1:2 with lines lw 2 title '$name', "
   done
   if [[ -n $plots ]]; then
     gnuplot <<EOF
@@ -212,4 +264,4 @@ EOF
   fi
   echo "wrote $out/steps_vs_examples.png $out/gns.png" >&2
 fi
-[[ $b_crit != NA ]] || exit 1
+((frontier_rc == 0)) && [[ $b_crit != NA ]] || exit 1

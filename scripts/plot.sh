@@ -10,6 +10,8 @@
 #   several RUNs: one curve each, into --out FILE (required then).
 #   --sweep DIR: writes DIR/loss.png (the runs listed in DIR/summary.csv) and DIR/peak_mem.png (from summary.csv).
 #   One RUN that logged gns_tokens (gradient_noise_scale, K >= 2): RUN/gns_tokens.png is drawn too, on a log scale.
+#   One RUN whose global_batch_size changed (batch_size_schedule, batch_size_policy=gns): RUN/loss_vs_tokens.png too,
+#   loss against tokens_seen (steps of different sizes are not comparable on a step axis).
 #   --no-install: if gnuplot is missing, do nothing and exit 0 (for the trainer's end-of-run plot).
 #   GNUPLOT=path overrides the gnuplot command.
 # Exit: 0 charts written (or skipped under --no-install); 2 bad usage or no data; 1 gnuplot failed.
@@ -23,7 +25,7 @@ die() {
   exit 2
 }
 
-metric=loss out="" sweep="" install=1 runs=()
+metric=loss out="" sweep="" install=1 runs=() xkey=step
 while (($#)); do
   case $1 in
   -h | --help) usage && exit 0 ;;
@@ -61,10 +63,11 @@ gp_str() {
   printf "'%s'" "$s"
 }
 
-# Writes "step value" lines of KEY from a flat-JSON metrics file; values that are not numbers become NaN (a gap).
+# Writes "x value" lines of KEY from a flat-JSON metrics file, x being $xkey (step, or tokens_seen); values that are
+# not numbers become NaN (a gap).
 extract() {
   local key=$1 file=$2 dest=$3
-  awk -v key="$key" '
+  awk -v key="$key" -v xk="$xkey" '
     function field(name,   re, s) {
       re = "\"" name "\"[ \t]*:[ \t]*[^,}]*"
       if (!match($0, re)) return ""
@@ -73,7 +76,7 @@ extract() {
       return s
     }
     {
-      step = field("step"); value = field(key)
+      step = field(xk); value = field(key)
       if (step == "" || value == "") next
       if (value !~ /^-?[0-9.]+([eE][-+]?[0-9]+)?$/) value = "NaN"
       print step, value
@@ -116,7 +119,7 @@ plot_curves() {
 set terminal pngcairo noenhanced size 1000,600
 set output $(gp_str "$png")
 set title $(gp_str "$title")
-set xlabel 'step'
+set xlabel $(gp_str "$xkey")
 set ylabel $(gp_str "$metric")
 set grid
 set key below
@@ -200,6 +203,13 @@ if ((${#runs[@]} == 1)); then
   if [[ $metric == loss && -z $out ]] && grep -q '"gns_tokens"' "$run/metrics.jsonl"; then
     metric=gns_tokens
     plot_curves "$run/gns_tokens.png" "gradient noise scale B_simple (tokens): $(basename "$run")" "$(basename "$run")" "$run"
+    metric=loss
+  fi
+  batches=$(grep -o '"global_batch_size": [0-9]*' "$run/metrics.jsonl" | sort -u | wc -l)
+  if [[ $metric == loss && -z $out ]] && ((batches > 1)); then
+    xkey=tokens_seen
+    plot_curves "$run/loss_vs_tokens.png" "loss against tokens: $(basename "$run") ($batches global batch sizes)" \
+      "$(basename "$run")" "$run"
   fi
 else
   [[ -n $out ]] || die "several runs need --out FILE"

@@ -21,7 +21,8 @@ CheckpointOptions CheckpointOptions::from_config(const config::Config& c) {
     if (key.frozen) o.frozen.emplace_back(key.name, value);
     o.printed.emplace_back(key.name, value);
   }
-  o.layout = {c.per_device_batch_size, c.gradient_accumulation_steps, c.global_batch_size};
+  o.layout = {c.per_device_batch_size, c.gradient_accumulation_steps, c.global_batch_size,
+              !c.batch_size_schedule.empty() || c.batch_size_policy != config::BatchSizePolicy::none};
   return o;
 }
 

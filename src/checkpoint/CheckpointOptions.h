@@ -20,6 +20,7 @@ struct BatchLayout {
   int64_t per_device_batch_size = 8;
   int64_t gradient_accumulation_steps = 1;
   int64_t global_batch_size = 0;  // the key: 0 when K was given rather than derived
+  bool grows = false;  // batch_size_schedule or batch_size_policy=gns: the global batch changes during the run
 };
 
 struct CheckpointOptions {

@@ -154,6 +154,8 @@ void check_loadable(const Verified& v, int64_t step, const CheckpointOptions& op
   if (v.manifest.state.step != step)
     throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, v.manifest.state.step));
   check_frozen_keys(v.manifest, options, dir);
+  // A batch that grows (schedule, gns policy) follows the checkpoint's state instead (train/BatchSizePolicy.h).
+  if (options.layout.grows) return;
   check_global_batch(v.manifest, options.layout, topology.world_size, dir);
   log_new_layout(v.manifest, options.layout, topology);
 }
@@ -244,7 +246,7 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
 
     Manifest m;
     m.state = state;
-    m.data_position = state.step;
+    m.data_position = state.step_order ? state.step : state.sequences;
     m.lr_schedule_position = state.step;
     m.optimizer_updates = state.step - state.skipped_steps;
     m.frozen = options_.frozen;

@@ -41,7 +41,9 @@ std::string Manifest::to_text() const {
   std::string out = "# shadowgrad checkpoint manifest; see docs/reliability.md\n";
   out += fmt::format("format_version: {}\n", format_version);
   out += fmt::format("step: {}\n", state.step);
+  out += fmt::format("data_order: {}\n", state.step_order ? "steps" : "sequences");
   out += fmt::format("data_position: {}\n", data_position);
+  out += fmt::format("batch_last_change_step: {}\n", state.batch_last_change_step);
   out += fmt::format("lr_schedule_position: {}\n", lr_schedule_position);
   out += fmt::format("optimizer_updates: {}\n", optimizer_updates);
   out += fmt::format("skipped_steps: {}\n", state.skipped_steps);
@@ -94,6 +96,14 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
     m.gradient_accumulation_steps = optional("gradient_accumulation_steps", -1);
     m.world_size = optional("world_size", -1);
     m.optimizer_shards = optional("optimizer_shards", 0);
+    // Before format 3 there is no data_order: example i of step s was key (s, i).
+    const std::string order = root["data_order"] ? root["data_order"].as<std::string>() : "steps";
+    if (order != "steps" && order != "sequences")
+      throw YAML::Exception(YAML::Mark::null_mark(), "data_order: expected sequences or steps, not '" + order + "'");
+    m.state.step_order = order == "steps";
+    m.state.sequences = m.state.step_order ? 0 : m.data_position;
+    m.state.global_batch = m.global_batch > 0 ? m.global_batch : 0;
+    m.state.batch_last_change_step = optional("batch_last_change_step", 0);
     if (const YAML::Node gns = root["gns_ema"]) {  // absent before the gradient noise scale
       m.state.gns_ema_grad_sq = double_from_bits(gns["grad_sq_bits"].as<std::string>());
       m.state.gns_ema_trace = double_from_bits(gns["trace_bits"].as<std::string>());

@@ -16,8 +16,9 @@
 namespace shadowgrad::checkpoint {
 
 // Bumped whenever the layout or meaning of a checkpoint changes; newer formats are refused. Version 2 adds the
-// batch layout and ZeRO-1 optimizer shards; version 1 manifests (without them) still load.
-inline constexpr int64_t kFormatVersion = 2;
+// batch layout and ZeRO-1 optimizer shards; version 3 numbers examples by cumulative sequence (data_order) and keeps
+// the batch-size policy's state. Older manifests still load (version 1-2: data_order steps).
+inline constexpr int64_t kFormatVersion = 3;
 
 // Everything besides tensors that the training loop carries from one step to the next.
 struct TrainState {
@@ -28,6 +29,13 @@ struct TrainState {
   // the EMAs restart).
   double gns_ema_grad_sq = 0, gns_ema_trace = 0;
   int64_t gns_updates = 0;
+  // Where the data stands (data/ExampleOrder.h) and the batch-size policy's state (train/BatchSizePolicy.h).
+  // step_order: a checkpoint before format 3, whose run read example i of step s as key (s, i): a resumed run keeps
+  // reading that way, and refuses a batch that changes.
+  bool step_order = false;
+  int64_t sequences = 0;               // training sequences so far (sequence order)
+  int64_t global_batch = 0;            // of the next step; 0: not recorded
+  int64_t batch_last_change_step = 0;  // 0-based step that first used it
 };
 
 struct FileEntry {
@@ -39,8 +47,9 @@ struct FileEntry {
 struct Manifest {
   int64_t format_version = kFormatVersion;
   TrainState state;
-  // The next step's position in each stream. The data source is a pure function of (seed, step) and
-  // the LR schedule of the step, so both positions equal state.step; they are recorded to be explicit.
+  // The next step's position in each stream. The data is a pure function of (seed, example index), examples
+  // numbered by cumulative sequence (data_order: sequences), so data_position is state.sequences; with data_order
+  // steps (before format 3) it is state.step. The LR schedule's position is state.step.
   int64_t data_position = 0;
   int64_t lr_schedule_position = 0;
   int64_t optimizer_updates = 0;  // updates actually applied: step - skipped_steps

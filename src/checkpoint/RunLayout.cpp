@@ -25,6 +25,11 @@ void record_layout(Manifest& m, const BatchLayout& layout, const Topology& topol
   m.gradient_accumulation_steps = layout.gradient_accumulation_steps;
   m.world_size = topology.world_size;
   m.global_batch = layout.per_device_batch_size * layout.gradient_accumulation_steps * topology.world_size;
+  // A batch that grows: the batch of the next step, as the policy left it.
+  if (m.state.global_batch > 0 && m.state.global_batch % (layout.per_device_batch_size * topology.world_size) == 0) {
+    m.global_batch = m.state.global_batch;
+    m.gradient_accumulation_steps = m.global_batch / (layout.per_device_batch_size * topology.world_size);
+  }
   m.optimizer_shards = topology.sharded ? topology.world_size : 0;
 }
 

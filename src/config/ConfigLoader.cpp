@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "config/BatchSizeSchedule.h"
 #include "config/ConfigSchema.h"
 #include "util/Errors.h"
 
@@ -38,14 +39,30 @@ void validate_eval(const Config& c) {
   if (c.dataset_type == DatasetType::synthetic && !c.eval_dataset_path.empty())
     throw ConfigError(fmt::format("eval_dataset_path='{}' is set but dataset_type=synthetic; synthetic eval data "
                                   "comes from the generator", c.eval_dataset_path));
-  if (c.eval_interval <= 0) return;
+  if (c.eval_interval <= 0 && c.eval_interval_sequences <= 0) return;
+  const std::string asked = c.eval_interval > 0 ? fmt::format("eval_interval={}", c.eval_interval)
+                                                : fmt::format("eval_interval_sequences={}", c.eval_interval_sequences);
   if (c.dataset_type != DatasetType::synthetic && c.eval_dataset_path.empty())
-    throw ConfigError(fmt::format("eval_interval={} with dataset_type={} needs eval_dataset_path=<a held-out file> "
+    throw ConfigError(fmt::format("{} with dataset_type={} needs eval_dataset_path=<a held-out file> "
                                   "(build/tokenize writes val.bin); training never reads it",
-                                  c.eval_interval, c.dataset_type));
+                                  asked, c.dataset_type));
   if (c.dataset_type == DatasetType::synthetic && c.eval_steps <= 0)
-    throw ConfigError(fmt::format("eval_interval={} with synthetic data needs eval_steps >= 1 (synthetic data has no "
-                                  "end to evaluate up to)", c.eval_interval));
+    throw ConfigError(fmt::format("{} with synthetic data needs eval_steps >= 1 (synthetic data has no "
+                                  "end to evaluate up to)", asked));
+}
+
+// A batch that changes during the run: batch_size_schedule or batch_size_policy=gns, not both.
+void validate_batch_growth(const Config& c) {
+  const BatchSizeSchedule schedule = BatchSizeSchedule::parse(c.batch_size_schedule);  // names a bad entry
+  if (!schedule.empty() && c.batch_size_policy != BatchSizePolicy::none)
+    throw ConfigError(fmt::format("batch_size_schedule='{}' and batch_size_policy={} both set the global batch; give "
+                                  "one of them",
+                                  c.batch_size_schedule, c.batch_size_policy));
+  if (!schedule.empty() && schedule.largest() > (int64_t(1) << 20))
+    throw ConfigError(fmt::format("batch_size_schedule entry '{}': keep the global batch under 1048576 sequences",
+                                  schedule.points().back().text));
+  if (c.batch_size_policy == BatchSizePolicy::gns && !c.gradient_noise_scale)
+    throw ConfigError("batch_size_policy=gns needs gradient_noise_scale=true: it acts on the measured noise scale");
 }
 
 } // namespace
@@ -123,7 +140,11 @@ void validate(const Config& c) {
     fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text or tokens to use it",
                      c.dataset_path));
   validate_eval(c);
-  if (c.per_device_batch_size == kAuto && c.global_batch_size == 0)
+  validate_batch_growth(c);
+  if (c.eval_interval > 0 && c.eval_interval_sequences > 0)
+    fail(fmt::format("eval_interval={} and eval_interval_sequences={} both set when to evaluate; give one of them",
+                     c.eval_interval, c.eval_interval_sequences));
+  if (c.per_device_batch_size == kAuto && c.global_batch_size == 0 && c.batch_size_schedule.empty())
     fail("per_device_batch_size=auto needs global_batch_size: auto picks the largest microbatch that divides "
          "global_batch_size / WORLD_SIZE and fits memory_budget_mib");
   // Keep one global batch within reason: 2^20 sequences would not fit in memory anyway.

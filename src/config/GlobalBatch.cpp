@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "config/BatchSizeSchedule.h"
 #include "util/Errors.h"
 
 namespace shadowgrad::config {
@@ -23,9 +24,43 @@ std::vector<int64_t> divisors(int64_t per_process) {
   return small;
 }
 
+// batch_size_schedule: its first batch is the run's global_batch_size (K is derived from it below, and from each later
+// batch at its step), and every point must split into whole microbatches on every process.
+void resolve_schedule(Config& cfg, int64_t world_size) {
+  const BatchSizeSchedule schedule = BatchSizeSchedule::parse(cfg.batch_size_schedule);
+  if (schedule.empty()) return;
+  if (cfg.global_batch_size != 0 && cfg.global_batch_size != schedule.first())
+    throw ConfigError(fmt::format("global_batch_size={} but batch_size_schedule starts at {} ('{}'); the schedule sets "
+                                  "the global batch: leave global_batch_size out",
+                                  cfg.global_batch_size, schedule.first(), schedule.points().front().text));
+  cfg.global_batch_size = schedule.first();
+  const int64_t per_k = cfg.per_device_batch_size == kAuto ? world_size : cfg.per_device_batch_size * world_size;
+  for (const auto& p : schedule.points())
+    if (p.batch % per_k != 0)
+      throw ConfigError(fmt::format("batch_size_schedule entry '{}': a global batch of {} sequences does not split into "
+                                    "{}WORLD_SIZE={}{}; make every batch of the schedule a multiple of {}",
+                                    p.text, p.batch,
+                                    cfg.per_device_batch_size == kAuto
+                                        ? std::string()
+                                        : fmt::format("per_device_batch_size={} x ", cfg.per_device_batch_size),
+                                    world_size, cfg.per_device_batch_size == kAuto ? "" : " microbatches", per_k));
+}
+
+// batch_size_policy=gns doubles from the starting batch up to global_batch_size_max.
+void check_policy_limit(const Config& cfg, int64_t world_size) {
+  if (cfg.batch_size_policy != BatchSizePolicy::gns || cfg.global_batch_size_max == 0) return;
+  const int64_t start = cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.local_batch() * world_size;
+  if (cfg.per_device_batch_size != kAuto && cfg.global_batch_size_max < start)
+    throw ConfigError(fmt::format("global_batch_size_max={} is below the starting global batch of {} sequences "
+                                  "(batch_size_policy=gns only grows it)",
+                                  cfg.global_batch_size_max, start));
+}
+
 } // namespace
 
 void derive_accumulation_steps(Config& cfg, int64_t world_size) {
+  resolve_schedule(cfg, world_size);
+  check_policy_limit(cfg, world_size);
   const int64_t gbs = cfg.global_batch_size;
   if (gbs == 0) return;
   if (cfg.per_device_batch_size == kAuto) {  // K follows once the trainer has chosen it (train/MicrobatchFit.h)

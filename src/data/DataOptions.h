@@ -21,7 +21,7 @@ struct DataOptions {
   std::string eval_path;  // eval_dataset_path: held-out file in the same format
   config::TokenFileFormat format = config::TokenFileFormat::llmc;
   std::string tokenizer_path;  // when set, vocab_size must hold its pieces
-  uint64_t seed = 0;           // data_shuffle_seed: the global batch of step s depends only on it and s
+  uint64_t seed = 0;           // data_shuffle_seed: example j of the run depends only on it and j (ExampleOrder.h)
   int64_t vocab_size = 256;
   int64_t max_length = 128;  // max_target_length: tokens per example
   double synthetic_min_length_fraction = 0.5;

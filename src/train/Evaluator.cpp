@@ -15,7 +15,7 @@ namespace shadowgrad::train {
 
 Evaluator::Evaluator(const config::Config& c, int world_size)
     : source_(data::make_eval_source(data::DataOptions::from_config(c))), interval_(c.eval_interval),
-      last_step_(c.steps),
+      interval_sequences_(c.eval_interval_sequences), last_step_(c.steps),
       batch_(c.eval_per_device_batch_size > 0 ? c.eval_per_device_batch_size : c.per_device_batch_size),
       world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens),
       fused_kernels_(c.fused_kernels) {
@@ -33,15 +33,21 @@ Evaluator::Evaluator(const config::Config& c, int world_size)
                                 "batches it holds)",
                                 c.eval_dataset_path, capacity, c.max_target_length + 1, batches_, global,
                                 batches_ * global, capacity / global));
-  spdlog::info("eval_loss every {} steps and after the last: {} batches of {} sequences ({} tokens) from {}", interval_,
+  spdlog::info("eval_loss every {} and after the last: {} batches of {} sequences ({} tokens) from {}",
+               interval_sequences_ > 0 ? fmt::format("{} training sequences", interval_sequences_)
+                                       : fmt::format("{} steps", interval_),
                batches_, global, batches_ * global * c.max_target_length,
                c.eval_dataset_path.empty() ? std::string("the synthetic generator (step -1)") : c.eval_dataset_path);
 }
 
 Evaluator::~Evaluator() = default;
 
-bool Evaluator::due(int64_t completed_steps) const {
-  return source_ && (completed_steps % interval_ == 0 || completed_steps == last_step_);
+bool Evaluator::due(int64_t completed_steps, int64_t sequences_before, int64_t sequences_after) const {
+  if (!source_) return false;
+  const bool by_steps = interval_ > 0 && completed_steps % interval_ == 0;
+  const bool by_sequences =
+      interval_sequences_ > 0 && sequences_after / interval_sequences_ > sequences_before / interval_sequences_;
+  return by_steps || by_sequences || completed_steps == last_step_;
 }
 
 double Evaluator::run(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const {

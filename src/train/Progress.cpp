@@ -14,8 +14,10 @@ std::string format_progress(const ProgressLine& p, int64_t total_steps) {
   std::string eval = p.eval_loss >= 0 ? fmt::format(" | eval_loss {:.4f}", p.eval_loss) : "";
   // Next to the loss: the batch size (in tokens) past which a larger batch stops paying (docs/batch-size.md).
   std::string gns = p.gns_tokens >= 0 ? fmt::format(" | gns {:.3g} tok", p.gns_tokens) : "";
-  return fmt::format("step {}/{} | loss {:.4f}{}{} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s",
-                     p.step, total_steps, p.loss, eval, gns, p.grad_norm, p.lr, p.tokens_per_s, mem, p.eta_s);
+  // The global batch in sequences: it changes with batch_size_schedule and batch_size_policy=gns.
+  std::string batch = p.global_batch > 0 ? fmt::format(" | batch {}", p.global_batch) : "";
+  return fmt::format("step {}/{} | loss {:.4f}{}{}{} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s",
+                     p.step, total_steps, p.loss, eval, gns, batch, p.grad_norm, p.lr, p.tokens_per_s, mem, p.eta_s);
 }
 
 Progress::Progress(int64_t total_steps, int64_t log_period, bool live)

@@ -13,6 +13,7 @@ struct ProgressLine {
   int64_t peak_bytes = -1;  // -1: not measured
   double eval_loss = -1;    // the latest evaluation's, shown until the next one; < 0: none yet
   double gns_tokens = -1;   // gradient noise scale in tokens; < 0 or NaN: none this step
+  int64_t global_batch = 0;  // sequences in the step over all processes; 0: not shown
 };
 
 // The text of one progress line (no newline, no control characters).

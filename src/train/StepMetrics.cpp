@@ -12,6 +12,7 @@ JsonNumbers step_metrics(const StepStats& st, int64_t peak_mem_bytes, int64_t sk
           {"grad_norm", st.grad_norm},
           {"lr", st.lr},
           {"tokens", double(st.tokens)},
+          {"global_batch_size", double(st.global_batch)},
           {"step_time_s", st.seconds},
           {"tokens_per_s", st.tokens / st.seconds},
           {"peak_mem_bytes", double(peak_mem_bytes)},

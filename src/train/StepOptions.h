@@ -20,7 +20,8 @@ namespace shadowgrad::train {
 
 struct StepOptions {
   int64_t microbatch = 8;          // per_device_batch_size: sequences per forward/backward
-  int64_t accumulation_steps = 1;  // K: microbatches folded per optimizer step
+  int64_t accumulation_steps = 1;  // K: microbatches folded per optimizer step (of the first step when the batch grows)
+  int64_t max_accumulation_steps = 0;  // the largest K of the run when its batch grows (BatchSizePolicy); 0: fixed
   double clip_threshold = 1.0;     // global gradient norm; 0: off
   // > 0: the loss from the hidden states, this many token rows per task, without fp32 logits; 0: full logits.
   int64_t loss_chunk_tokens = 64;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
 
@@ -43,8 +44,9 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
                                           : nullptr),
       optimizer_(make_optimizer(o.optimizer, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
   if (dp_) dp_->verify_same_start(model_->parameters());
-  // The gradient noise scale needs a small batch besides the global one: two microbatches over all processes.
-  const bool small_batches = micro_steps_ * (dp_ ? dp_->world_size() : 1) >= 2;
+  // The gradient noise scale needs a small batch besides the global one: two microbatches over all processes (at
+  // the run's largest batch; a step with one microbatch in all logs no estimate).
+  const bool small_batches = std::max(micro_steps_, o.max_accumulation_steps) * (dp_ ? dp_->world_size() : 1) >= 2;
   if (o.noise_scale && small_batches) noise_ = std::make_unique<NoiseScale>(o.noise_ema_decay);
   if (o.noise_scale && !small_batches)
     spdlog::info("gradient_noise_scale: one microbatch per step on one process has no small batch to compare with "
@@ -80,7 +82,22 @@ double seconds_since(Clock::time_point& mark) {
 
 } // namespace
 
-Accumulated TrainStep::accumulate_batch(int64_t step) {
+StepBatch TrainStep::fixed_batch(int64_t step) const {
+  const int64_t global = options_.microbatch * options_.accumulation_steps * (dp_ ? dp_->world_size() : 1);
+  return {global, step * global, 1.0};
+}
+
+int64_t TrainStep::micro_steps_for(int64_t global_batch) const {
+  const int64_t per_k = micro_batch_ * (dp_ ? dp_->world_size() : 1);
+  if (global_batch < per_k || global_batch % per_k != 0)
+    throw std::invalid_argument(fmt::format("a global batch of {} sequences does not split into per_device_batch_size={} "
+                                            "x {} processes",
+                                            global_batch, micro_batch_, dp_ ? dp_->world_size() : 1));
+  return global_batch / per_k;
+}
+
+Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
+  micro_steps_ = micro_steps_for(plan.global_batch);
   Accumulated sums;
   auto mark = Clock::now();
   // The whole global batch is known up front, so its valid-token count is too: every microbatch's
@@ -88,7 +105,8 @@ Accumulated TrainStep::accumulate_batch(int64_t step) {
   // With several processes this one takes examples [rank*local, (rank+1)*local) of the same global batch, and
   // the count is summed over processes: a shard that is mostly padding gets no extra weight.
   const int64_t local = micro_batch_ * micro_steps_;
-  data::Batch batch = source_.examples(step, dp_ ? dp_->rank() * local : 0, local);
+  data::Batch batch =
+      data::read_examples(source_, order_, step, plan.first_sequence, dp_ ? dp_->rank() * local : 0, local);
   sums.tokens = dp_ ? dp_->global_tokens(batch.valid_tokens()) : batch.valid_tokens();
   const bool poisoned = nan_fault_hook() && nan_fault_hook()(step);
   const double inv_tokens = poisoned         ? std::numeric_limits<double>::quiet_NaN()  // set_nan_fault_hook (tests)
@@ -190,11 +208,12 @@ double TrainStep::warn_on_underflow(int64_t step) {
   return fraction;
 }
 
-StepStats TrainStep::run(int64_t step) {
+StepStats TrainStep::run(int64_t step, const StepBatch& batch) {
   const auto start = std::chrono::steady_clock::now();
   StepStats s;
   s.step = step;
-  const Accumulated sums = accumulate_batch(step);
+  s.global_batch = batch.global_batch;
+  const Accumulated sums = accumulate_batch(step, batch);
   s.loss = sums.loss;
   s.tokens = sums.tokens;
   static_cast<PhaseSeconds&>(s) = sums;
@@ -205,7 +224,7 @@ StepStats TrainStep::run(int64_t step) {
     s.grad_sq_norm_global_fp32 = sums.noise.big_sq_fp32;
   }
   s.grad_norm = accumulator_->clip_global_norm_(options_.clip_threshold);
-  s.lr = schedule_(step);
+  s.lr = schedule_(step) * batch.lr_factor;
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   if (s.skipped) {
     accumulator_->zero_();

@@ -21,6 +21,7 @@
 #include <c10/core/Device.h>
 
 #include "accumulate/ShadowAccumulator.h"
+#include "data/ExampleOrder.h"
 #include "model/Decoder.h"
 #include "train/LrSchedule.h"
 #include "train/NoiseScale.h"
@@ -73,6 +74,7 @@ struct Accumulated : PhaseSeconds, FoldNumerics {
 
 struct StepStats : PhaseSeconds, FoldNumerics {
   int64_t step = 0;        // 0-based optimizer step
+  int64_t global_batch = 0;  // sequences in this step over all processes
   double loss = 0;         // token-mean loss of the global batch, before the update
   double grad_norm = 0;    // global norm of the accumulated gradient, before clipping
   double lr = 0;
@@ -82,6 +84,13 @@ struct StepStats : PhaseSeconds, FoldNumerics {
   bool skipped = false;    // loss or grad_norm was non-finite: no update; parameters and optimizer state untouched
   std::optional<NoiseScaleStep> noise;  // gradient_noise_scale, with at least two microbatches over all processes
   double grad_sq_norm_global_fp32 = std::numeric_limits<double>::quiet_NaN();  // see NoiseScaleInputs
+};
+
+// Which global batch a step trains on (train/BatchSizePolicy.h decides it when the batch may change).
+struct StepBatch {
+  int64_t global_batch = 0;    // sequences over all processes; K = global_batch / (per_device_batch_size x processes)
+  int64_t first_sequence = 0;  // training sequences before this step: its examples are [first, first + global_batch)
+  double lr_factor = 1;        // batch_size_lr_scaling's factor on the scheduled LR
 };
 
 class TrainStep {
@@ -94,11 +103,18 @@ class TrainStep {
             std::shared_ptr<distributed::DataParallel> dp = nullptr);
   ~TrainStep();
 
-  StepStats run(int64_t step);
+  // The step with the options' fixed global batch (first_sequence = step x global batch).
+  StepStats run(int64_t step) { return run(step, fixed_batch(step)); }
+  StepStats run(int64_t step, const StepBatch& batch);
 
   // The microbatch loop alone: afterwards the shadow tree holds the gradient of the global batch's
   // token-mean loss, exactly as one un-split batch would give it.
-  Accumulated accumulate_batch(int64_t step);
+  Accumulated accumulate_batch(int64_t step) { return accumulate_batch(step, fixed_batch(step)); }
+  Accumulated accumulate_batch(int64_t step, const StepBatch& batch);
+  StepBatch fixed_batch(int64_t step) const;
+  // ExampleOrder::steps only for a run resumed from a checkpoint that predates data_order (data/ExampleOrder.h).
+  void set_example_order(data::ExampleOrder order) { order_ = order; }
+  data::ExampleOrder example_order() const { return order_; }
 
   accumulate::ShadowAccumulator& accumulator() { return *accumulator_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
@@ -118,11 +134,14 @@ class TrainStep {
   // gradient reduction's last bucket (`rider`), and the reduced tree's squared norm.
   at::Tensor noise_rider(const std::vector<int64_t>& micro_tokens);
   void read_noise_inputs(const at::Tensor& rider, const std::vector<int64_t>& micro_tokens, NoiseScaleInputs& out);
+  // K for a global batch: it must split into whole microbatches on every process.
+  int64_t micro_steps_for(int64_t global_batch) const;
   StepOptions options_;
   model::Decoder model_;
   const data::DataSource& source_;
   c10::Device device_;
-  int64_t micro_batch_, micro_steps_;
+  int64_t micro_batch_, micro_steps_;  // micro_steps_: K of the step running now
+  data::ExampleOrder order_ = data::ExampleOrder::sequences;
   LrSchedule schedule_;
   bool warned_underflow_ = false;
   bool warned_noise_ = false;

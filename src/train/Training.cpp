@@ -20,6 +20,7 @@
 #include "memory/MemoryMeter.h"
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
+#include "train/BatchSizePolicy.h"
 #include "train/Evaluator.h"
 #include "train/CheckpointTopology.h"
 #include "train/LossPlot.h"
@@ -182,6 +183,37 @@ int configure_process(const config::Config& cfg, c10::Device device) {
   return threads;
 }
 
+// The data and global batch a run continues from: a resumed run's checkpoint state, or the start. InputError when
+// the checkpoint cannot continue this way.
+BatchState continue_batch(const StartPoint& start, TrainStep& step, const BatchPolicyOptions& o, int64_t microbatch,
+                          int world) {
+  const checkpoint::TrainState& s = start.state;
+  if (s.step == 0) return {};
+  const std::string dir = start.checkpoints ? start.checkpoints->step_dir(s.step) : fmt::format("step-{}", s.step);
+  if (s.step_order) {  // written before data_order (checkpoint format 3)
+    if (o.changes())
+      throw InputError(fmt::format(
+          "checkpoint '{}' predates batch-size schedules: its run read example i of step s as (step, index), not by "
+          "cumulative sequence, and a batch that changes (batch_size_schedule, batch_size_policy=gns) would go on "
+          "with other data than it was trained on; resume it with its fixed global batch, or start a new run_name",
+          dir));
+    step.set_example_order(data::ExampleOrder::steps);
+    spdlog::info("checkpoint {} predates data_order: its examples stay numbered by (step, index), as it was trained",
+                 dir);
+    return {o.start_batch, s.step * o.start_batch, 0};
+  }
+  if (!o.changes()) return {o.start_batch, s.sequences, 0};
+  BatchState b{s.global_batch > 0 ? s.global_batch : o.start_batch, s.sequences, s.batch_last_change_step};
+  if (b.global_batch % (microbatch * world) != 0)
+    throw InputError(fmt::format("checkpoint '{}' continues at a global batch of {} sequences, which does not split "
+                                 "into per_device_batch_size={} x WORLD_SIZE={}; pick a per_device_batch_size or "
+                                 "process count that divides it",
+                                 dir, b.global_batch, microbatch, world));
+  spdlog::info("the global batch continues at {} sequences after {} sequences trained (last changed at step {})",
+               b.global_batch, b.sequences, b.last_change_step);
+  return b;
+}
+
 // The run's one-line description: where it writes, its size and its global batch.
 void log_run_start(const config::Config& cfg, const StartPoint& start, TrainStep& step, int world, int threads) {
   int64_t params = 0;
@@ -192,6 +224,21 @@ void log_run_start(const config::Config& cfg, const StartPoint& start, TrainStep
                cfg.per_device_batch_size, cfg.max_target_length, world, config::global_batch(cfg, world),
                cfg.global_batch_size > 0 ? " (global_batch_size; K derived)" : "", cfg.grad_dtype, cfg.dtype,
                threads);
+  if (!cfg.batch_size_schedule.empty())
+    spdlog::info("batch_size_schedule {}: K is derived at every step; the LR is scaled by batch_size_lr_scaling={}",
+                 cfg.batch_size_schedule, cfg.batch_size_lr_scaling);
+  if (cfg.batch_size_policy == config::BatchSizePolicy::gns)
+    spdlog::info("batch_size_policy=gns: doubles the global batch once gns_tokens > {} x its tokens, at most once in {} "
+                 "steps, up to {} sequences; LR scaled by batch_size_lr_scaling={}",
+                 cfg.gns_batch_margin, cfg.gns_min_steps_between_changes,
+                 cfg.global_batch_size_max > 0 ? cfg.global_batch_size_max : int64_t(1) << 20,
+                 cfg.batch_size_lr_scaling);
+}
+
+// One change of the global batch, with its reason and the LR factor it brings.
+void log_batch_change(const BatchChange& c, const BatchSizePolicy& policy, int64_t microbatch, int world) {
+  spdlog::info("global batch {} -> {} sequences from step {} (K={}): {}; LR x {:.4g} of the scheduled value", c.from,
+               c.to, c.step + 1, c.to / (microbatch * world), c.reason, policy.lr_factor(c.to));
 }
 
 // A signal during start-up (model, checkpoint) stops the run before its first step.
@@ -212,9 +259,9 @@ class StepLoop {
   // A resumed run continues the noise scale's EMAs bit for bit. Rank 0 (the one with the run directory) opens
   // metrics.jsonl and writes this run's config.yml.
   StepLoop(const config::Config& cfg, TrainStep& step, Evaluator& evaluator, memory::MemoryMeter& meter,
-           const StopSignals& signals, StartPoint& start, c10::Device device)
+           const StopSignals& signals, StartPoint& start, c10::Device device, BatchSizePolicy& policy)
       : cfg_(cfg), step_(step), evaluator_(evaluator), meter_(meter), signals_(signals), start_(start),
-        device_(device), progress_(cfg.steps, cfg.log_period, start.dir.has_value() && stdout_is_terminal()),
+        device_(device), policy_(policy), progress_(cfg.steps, cfg.log_period, start.dir.has_value() && stdout_is_terminal()),
         guard_(cfg.max_consecutive_nonfinite, start.state), earlier_steps_(start.state.step) {
     if (NoiseScale* gns = step.noise_scale())
       gns->set_state({start.state.gns_ema_grad_sq, start.state.gns_ema_trace, start.state.gns_updates});
@@ -235,13 +282,16 @@ class StepLoop {
                           state.step + cfg_.skip_first_n_steps_for_profiler,
                           cfg_.profiler == config::Profiler::trace && start_.dir ? cfg_.profiler_steps : 0);
     for (int64_t s = state.step; s < cfg_.steps; ++s) {
+      if (const auto change = policy_.before_step(s)) log_change(*change);
+      const StepBatch batch = policy_.step_batch();
       meter_.begin_step();
       profiler.before_step(s);
-      const StepStats st = step_.run(s);
+      const StepStats st = step_.run(s, batch);
       profiler.after_step(s);
       const int64_t peak = meter_.end_step();
       record(s, st);
-      const bool evaluated = evaluator_.due(s + 1);
+      decide_next_batch(s, st);
+      const bool evaluated = evaluator_.due(s + 1, batch.first_sequence, policy_.state().sequences);
       const auto eval_start = std::chrono::steady_clock::now();
       if (evaluated) summary_.eval_loss = evaluator_.run(step_.model(), device_, step_.data_parallel());
       const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
@@ -268,15 +318,32 @@ class StepLoop {
     if (s == 0 && step_.data_parallel()) log_optimizer_state(step_, *step_.data_parallel());
   }
 
+  // After the step: batch_size_policy=gns decides the next step's batch (rank 0's decision, taken by every process).
+  void decide_next_batch(int64_t s, const StepStats& st) {
+    GnsReading reading;
+    const bool estimate = st.noise && !st.skipped && std::isfinite(st.noise->gns_tokens);
+    if (estimate) reading = {st.noise->gns_tokens, step_.noise_scale()->state().updates};
+    BatchSizePolicy::Agree agree;
+    if (auto* dp = step_.data_parallel(); dp && policy_.options().gns)
+      agree = [dp](int64_t mine) { return int64_t(dp->global_sum(dp->rank() == 0 ? double(mine) : 0.0)); };
+    if (const auto change = policy_.after_step(s, estimate ? &reading : nullptr, agree)) log_change(*change);
+  }
+
+  void log_change(const BatchChange& c) {
+    log_batch_change(c, policy_, cfg_.per_device_batch_size, step_.data_parallel() ? step_.data_parallel()->world_size() : 1);
+  }
+
   // metrics.jsonl's line for the step (with eval_loss when it evaluated) and the console's.
   void report(int64_t s, const StepStats& st, int64_t peak, bool evaluated, double eval_s) {
     JsonNumbers fields = step_metrics(st, peak, start_.state.skipped_steps);
+    // tokens_seen: training positions so far (sequences x max_target_length), what batch_size_schedule counts.
+    fields.push_back({"tokens_seen", double(policy_.state().sequences * cfg_.max_target_length)});
     if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary_.eval_loss}, {"eval_s", eval_s}});
     metrics_->write(fields);
     const double eta = summary_.seconds / double(s + 1 - earlier_steps_) * double(cfg_.steps - s - 1);
     const double shown_eval = std::isnan(summary_.eval_loss) ? -1 : summary_.eval_loss;
     progress_.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak, shown_eval,
-                      st.noise ? st.noise->gns_tokens : -1.0});
+                      st.noise ? st.noise->gns_tokens : -1.0, st.global_batch});
   }
 
   // After step s: the state a checkpoint records; a checkpoint when one is due or every process is stopping (they
@@ -289,6 +356,10 @@ class StepLoop {
       state.gns_ema_trace = gns->state().ema_trace;
       state.gns_updates = gns->state().updates;
     }
+    state.step_order = step_.example_order() == data::ExampleOrder::steps;
+    state.sequences = policy_.state().sequences;
+    state.global_batch = policy_.state().global_batch;
+    state.batch_last_change_step = policy_.state().last_change_step;
     const int stop = agreed_stop(signals_, step_.data_parallel());
     if (start_.checkpoints && (start_.checkpoints->due(state.step) || (stop && cfg_.enable_checkpointing)))
       start_.checkpoints->save(state, *step_.model(), step_.optimizer());
@@ -307,6 +378,7 @@ class StepLoop {
   const StopSignals& signals_;
   StartPoint& start_;
   c10::Device device_;
+  BatchSizePolicy& policy_;
   std::optional<MetricsWriter> metrics_;  // rank 0 only
   Progress progress_;
   NonFiniteGuard guard_;
@@ -327,11 +399,15 @@ RunSummary Training::run() {
   model->to(device_);
   fit_microbatch(cfg_, model, *source_, device_, dp.get(), world);  // per_device_batch_size=auto, memory_budget_mib
   if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(cfg_, world);
-  TrainStep step(StepOptions::from_config(cfg_), model, *source_, device_, dp);
+  const BatchPolicyOptions batches = BatchPolicyOptions::from_config(cfg_, world);
+  StepOptions options = StepOptions::from_config(cfg_);
+  if (batches.changes()) options.max_accumulation_steps = batches.largest_batch() / (cfg_.per_device_batch_size * world);
+  TrainStep step(options, model, *source_, device_, dp);
 
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
   if (start.state.step > 0 && start.state.step == cfg_.steps) return finish_from_disk(start, step, meter);
-  StepLoop loop(cfg_, step, *evaluator_, meter, signals, start, device_);  // opens metrics.jsonl, writes config.yml
+  BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
+  StepLoop loop(cfg_, step, *evaluator_, meter, signals, start, device_, policy);  // opens metrics.jsonl, config.yml
   log_run_start(cfg_, start, step, world, threads);
   stop_if_signalled_during_start_up(signals, dp.get(), start.state);
   RunSummary summary = loop.run();
