@@ -22,6 +22,14 @@ of .grad (needs the module built: scripts/build.sh puts it in build/python); ben
 decoder for torchvision's ResNet-18 (no weights, num_classes=10) on random --image-size images, --pdbs images per
 microbatch ("tokens" in the JSON are then images). --profile adds each phase's seconds to the JSON lines
 (bench/python_profile.py tabulates them).
+--device cuda runs the same loop on the first GPU: the model and each batch on it (the data is drawn on the CPU, from
+the same generator, so both devices see the same tokens), torch.autocast("cuda", torch.bfloat16) for --dtype
+bfloat16, torch.cuda.synchronize() before each step's clock starts and before it stops, and the CUDA caching
+allocator's peak: "peak_mem_bytes" (torch.cuda.max_memory_allocated since the model and optimizer were made, so
+weights, gradients and optimizer state included) on every step line, and a last line {"memory": {...}} with the
+allocated and reserved peaks. These keys, and "device" in the config line, appear only with --device cuda: on the
+CPU the output is what it always was. (--profile's phases are host clocks and do not synchronize, so on a GPU they
+show launch time, not kernel time.) scripts/gpu_check.sh runs it this way against the trainer's hardware=cuda.
 Cost: one step of the seed model takes a few seconds on 2 cores; --compile adds a first compile of the order of a
 minute or more on 2 cores with an empty inductor cache (TORCHINDUCTOR_CACHE_DIR), seconds with a warm one.
 """
@@ -225,7 +233,10 @@ def make_optimizer(a, model):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
-                   help="bfloat16: torch.autocast('cpu', torch.bfloat16) over fp32 weights; float32: no autocast")
+                   help="bfloat16: torch.autocast(device, torch.bfloat16) over fp32 weights; float32: no autocast")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the model, the batches and the optimizer run; cuda: the first GPU, timed with "
+                   "torch.cuda.synchronize(), with the CUDA allocator's peak in the JSON")
     p.add_argument("--pdbs", type=int, default=1, help="sequences per microbatch")
     p.add_argument("--ga", type=int, default=4, help="microbatches per optimizer step")
     p.add_argument("--steps", type=int, default=8)
@@ -263,6 +274,10 @@ def main():
     # bench.py passes the trainer's thread count; 0 = every core, as the trainer's num_threads=0.
     torch.set_num_threads(a.threads if a.threads > 0 else os.cpu_count())
     torch.manual_seed(0)
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit(f"peer.py: --device cuda, but torch {torch.__version__} sees no CUDA device")
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     if a.optimizer == "fused" or a.shadowgrad != "off":  # a shadowgrad on PYTHONPATH comes first (A/B of two builds)
         sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "python"))
     if a.model == "resnet18":
@@ -272,6 +287,8 @@ def main():
     else:
         model = Decoder(a)
         batches, items = decoder_batches, a.ga * a.pdbs * a.seq
+    if cuda:
+        model = model.to(device)  # before the optimizer: its state (and fused=True's check) follow the parameters
     opt, opt_name = make_optimizer(a, model)
     step_loss = WithLoss(model)
     if a.compile:
@@ -284,6 +301,10 @@ def main():
         import shadowgrad
         acc = shadowgrad.ShadowAccumulator(model.parameters(), grad_dtype=getattr(torch, a.shadowgrad))
     phase = Phases(a.profile, list(model.parameters()))
+    extra_config = {}
+    if cuda:
+        extra_config["device"] = f"{device} ({torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda})"
+        torch.cuda.reset_peak_memory_stats(device)
     print(json.dumps({"config": {
         "torch": torch.__version__, "python": sys.executable, "threads": torch.get_num_threads(),
         "model": a.model,
@@ -291,22 +312,26 @@ def main():
         "optimizer": opt_name, "autocast": "bfloat16" if bf16 else None,
         "compile": {"backend": a.compile_backend, "mode": a.compile_mode or "default"} if a.compile else None,
         "inductor_cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR") if a.compile else None,
-        "accumulate": f"shadowgrad.ShadowAccumulator(grad_dtype={a.shadowgrad})" if acc else ".grad (loss / K)"}}),
-        flush=True)
+        "accumulate": f"shadowgrad.ShadowAccumulator(grad_dtype={a.shadowgrad})" if acc else ".grad (loss / K)",
+        **extra_config}}), flush=True)
 
     steps = []
     for step in range(a.steps):
         compiled_before = compile_seconds() if a.compile else None
         frames_before = frames_compiled() if a.compile else 0
+        if cuda:
+            torch.cuda.synchronize(device)  # the step's clock starts with the GPU idle
         start = time.perf_counter()
-        loss_sum = torch.zeros(())
+        loss_sum = torch.zeros((), device=device)
         if acc:
             with phase("begin_end"):
                 acc.begin()
         for _ in range(a.ga):
             with phase("data"):
                 x, y = next(data)
-            with phase("forward"), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                if cuda:
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with phase("forward"), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = step_loss(x, y)
             with phase("backward"):
                 (loss / a.ga).backward()
@@ -325,8 +350,12 @@ def main():
                 opt.step()
             with phase("zero_grad"):
                 opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize(device)  # ... and stops when the GPU has finished the step
         seconds = time.perf_counter() - start
         line = {"step": step + 1, "seconds": seconds, "tokens": items, "loss": loss_sum.item() / a.ga}
+        if cuda:
+            line["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device)
         if a.compile:
             spent = compile_seconds()
             if frames_compiled() != frames_before or (spent or 0.0) > (compiled_before or 0.0):
@@ -341,6 +370,10 @@ def main():
         print(json.dumps({"compile": compile_report(steps)}), flush=True)
     if a.profile:
         print(json.dumps({"apart": measured_apart(opt, acc)}), flush=True)
+    if cuda:
+        print(json.dumps({"memory": {"device": str(device),
+                                     "peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
+                                     "peak_reserved_bytes": torch.cuda.max_memory_reserved(device)}}), flush=True)
     return 0
 
 
