@@ -18,3 +18,27 @@ target_include_directories(shadowgrad_engine PUBLIC $<BUILD_INTERFACE:${CMAKE_SO
 target_link_libraries(shadowgrad_engine PUBLIC torch)
 target_compile_features(shadowgrad_engine PUBLIC cxx_std_20)  # LibTorch >= 2.13 headers
 target_compile_options(shadowgrad_engine PRIVATE -Wall -Wextra -Wno-unused-parameter)
+# The one-pass CUDA fold (src/accumulate/cuda): with a CUDA LibTorch and nvcc, its kernel joins the engine, and CUDA
+# shadows fold through it; without them ShadowAccumulator keeps at::add_ for non-CPU shadows. The kernel includes no
+# LibTorch header (nvcc compiles it as C++17, see shadowgradFindTorch.cmake). SHADOWGRAD_CUDA_ARCHITECTURES: 90 is
+# H100/H200 machine code plus PTX that newer GPUs compile at load.
+set(SHADOWGRAD_CUDA_ARCHITECTURES 90 CACHE STRING "CUDA architectures of the fold kernel")
+if(SHADOWGRAD_TORCH_HAS_CUDA AND NOT CMAKE_CUDA_COMPILER_LOADED)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+  endif()
+endif()
+if(SHADOWGRAD_TORCH_HAS_CUDA AND CMAKE_CUDA_COMPILER_LOADED)
+  add_library(shadowgrad_cuda_fold OBJECT ${CMAKE_SOURCE_DIR}/src/accumulate/cuda/FoldKernel.cu)
+  target_include_directories(shadowgrad_cuda_fold PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  set_target_properties(shadowgrad_cuda_fold PROPERTIES POSITION_INDEPENDENT_CODE ON
+                                                        CUDA_ARCHITECTURES "${SHADOWGRAD_CUDA_ARCHITECTURES}")
+  target_sources(shadowgrad_engine PRIVATE $<TARGET_OBJECTS:shadowgrad_cuda_fold>)
+  target_compile_definitions(shadowgrad_engine PRIVATE SHADOWGRAD_WITH_CUDA_FOLD=1)
+  set(SHADOWGRAD_CUDA_FOLD ON)
+else()
+  set(SHADOWGRAD_CUDA_FOLD OFF)
+endif()
+message(STATUS "shadowgrad: CUDA fold kernel: ${SHADOWGRAD_CUDA_FOLD}")

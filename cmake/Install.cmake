@@ -8,11 +8,12 @@ include(CMakePackageConfigHelpers)
 set(SHADOWGRAD_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/shadowgrad)
 install(TARGETS shadowgrad_engine EXPORT shadowgradTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # The public headers: ShadowAccumulator.h and StochasticRounding.h (its rounding modes, and the rounding kernels
-# for code of one's own), which include nothing else of the project (the internal ShadowState.h and
+# for code of one's own, with their bit-level rules in RoundingBits.h), which include nothing else of the project (the internal ShadowState.h and
 # FoldingCast.h stay private; the fold casts are ShadowAccumulator::cast/gather_rows), and util/Hash.h, which
 # StochasticRounding.h includes by a relative path.
 install(FILES ${CMAKE_SOURCE_DIR}/src/accumulate/ShadowAccumulator.h
               ${CMAKE_SOURCE_DIR}/src/accumulate/StochasticRounding.h
+              ${CMAKE_SOURCE_DIR}/src/accumulate/RoundingBits.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shadowgrad/accumulate)
 install(FILES ${CMAKE_SOURCE_DIR}/include/shadowgrad/shadowgrad.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shadowgrad)
 install(FILES ${CMAKE_SOURCE_DIR}/src/util/Hash.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shadowgrad/util)

@@ -28,13 +28,18 @@ void add_rows_nearest(at::Tensor& t, const at::Tensor& rows, const at::Tensor& s
 
 } // namespace
 
-void ShadowState::fold(size_t i, const at::Tensor& grad) {
+void ShadowState::fold_now(size_t i, const at::Tensor& grad) {
   if (!reference.empty()) mixed_add_(reference[i], grad);  // outside the timer: a diagnostic, not the fold
   Timer timer{*this};
   const bool overwrite = stale[i];
   stale[i] = 0;
   double sq = 0;
   bool measured = false;  // by the fused loop
+  if (on_cuda) {
+    cuda_fold_(shadows[i], grad, cuda_options(i, overwrite), tally);  // the norm is tallied on the device
+    loss.elements += grad_dtype == c10::kHalf ? grad.numel() : 0;
+    return;
+  }
   if (uses_kernel()) {
     const uint64_t key = next_key(i);
     loss += overwrite ? round_copy_(shadows[i], grad, key, rounding) : round_add_(shadows[i], grad, key, rounding);
@@ -56,7 +61,7 @@ void ShadowState::settle() {
     }
 }
 
-void ShadowState::fold_rows(size_t i, const at::Tensor& index, const at::Tensor& rows) {
+void ShadowState::fold_rows_now(size_t i, const at::Tensor& index, const at::Tensor& rows) {
   // Duplicates summed in fp32 first, in index order (as a dense index_add would).
   auto [unique, inverse] = at::_unique(index, /*sorted=*/true, /*return_inverse=*/true);
   auto sums = at::zeros({unique.size(0), rows.size(-1)}, rows.options().dtype(at::kFloat))
@@ -67,11 +72,42 @@ void ShadowState::fold_rows(size_t i, const at::Tensor& index, const at::Tensor&
     shadows[i].zero_();  // only some rows are about to be written
     stale[i] = 0;
   }
+  if (on_cuda) {
+    cuda_fold_rows_(shadows[i], unique, sums, cuda_options(i, false), tally);
+    loss.elements += grad_dtype == c10::kHalf ? sums.numel() : 0;
+    return;
+  }
   if (uses_kernel())
     loss += round_add_rows_(shadows[i], unique, sums, next_key(i), rounding);
   else
     add_rows_nearest(shadows[i], unique, sums);
   if (measure) add_micro(i, squared_norm(sums));  // duplicates already summed: the rows' contribution
+}
+
+CudaFoldOptions ShadowState::cuda_options(size_t i, bool overwrite) {
+  CudaFoldOptions o;
+  o.overwrite = overwrite;
+  o.stochastic = rounding == Rounding::kStochastic && grad_dtype != c10::kFloat;
+  o.key = o.stochastic ? next_key(i) : 0;  // the CPU kernel's keys, in the same order
+  o.count_loss = grad_dtype == c10::kHalf;
+  if (measure) {
+    o.micro = micro_of[i]++;
+    if (micro_sq.size() <= size_t(o.micro)) micro_sq.resize(size_t(o.micro) + 1, 0.0);  // read_tally() fills them
+  }
+  return o;
+}
+
+void ShadowState::read_tally() {
+  if (!on_cuda) return;
+  if (!micro_sq.empty() && tally.micro_sq.defined()) {
+    const at::Tensor host = tally.micro_sq.narrow(0, 0, int64_t(micro_sq.size())).cpu();
+    for (size_t m = 0; m < micro_sq.size(); ++m) micro_sq[m] = host.data_ptr<double>()[m];
+  }
+  if (tally.loss.defined()) {
+    const at::Tensor host = tally.loss.cpu();
+    loss.underflowed = host.data_ptr<int64_t>()[0];
+    loss.overflowed = host.data_ptr<int64_t>()[1];
+  }
 }
 
 void ShadowState::close_reference() {
@@ -104,7 +140,11 @@ ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10:
     s.shadows.push_back(at::zeros_like(p, p.options().dtype(grad_dtype)));
   }
   s.stale.assign(s.shadows.size(), 0);
-  for (const auto& t : s.shadows) s.on_cpu = s.on_cpu && t.device().is_cpu();
+  s.on_cuda = cuda_fold_built() && !s.shadows.empty();
+  for (const auto& t : s.shadows) {
+    s.on_cpu = s.on_cpu && t.device().is_cpu();
+    s.on_cuda = s.on_cuda && t.is_cuda();
+  }
   std::weak_ptr<ShadowState> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
     auto node = torch::autograd::impl::grad_accumulator(s.params[i]);
@@ -144,6 +184,7 @@ void ShadowAccumulator::begin(int64_t window, bool with_reference) {
   s.micro_of.assign(s.params.size(), 0);
   s.micro_sq.clear();
   s.loss = {};
+  s.tally.reset();
   s.reference_error = std::numeric_limits<double>::quiet_NaN();
   s.reference_sq_norm = std::numeric_limits<double>::quiet_NaN();
   s.reference.clear();
@@ -159,12 +200,17 @@ void ShadowAccumulator::begin(int64_t window, bool with_reference) {
 void ShadowAccumulator::end() {
   state_->open = false;
   state_->settle();  // parameters no microbatch reached read as zero
+  state_->read_tally();
   state_->close_reference();
 }
 
 void ShadowAccumulator::set_rounding(Rounding rounding, uint64_t seed) {
-  if (rounding == Rounding::kStochastic && !state_->on_cpu)
-    throw std::invalid_argument("ShadowAccumulator: stochastic rounding needs CPU shadows (the kernel is CPU-only)");
+  if (rounding == Rounding::kStochastic && !state_->on_cpu && !state_->on_cuda)
+    throw std::invalid_argument(cuda_fold_built()
+                                    ? "ShadowAccumulator: stochastic rounding needs the shadows all on the CPU or all "
+                                      "on CUDA"
+                                    : "ShadowAccumulator: stochastic rounding of non-CPU shadows needs a build with the "
+                                      "CUDA fold (a CUDA LibTorch and nvcc)");
   state_->rounding = rounding;
   state_->seed = seed;
 }
@@ -174,6 +220,9 @@ double ShadowAccumulator::reference_error() const { return state_->reference_err
 double ShadowAccumulator::reference_sq_norm() const { return state_->reference_sq_norm; }
 int64_t ShadowAccumulator::reference_bytes() const { return state_->reference_bytes_high; }
 RoundingLoss ShadowAccumulator::rounding_loss() const { return state_->loss; }
+void ShadowAccumulator::set_fold_observer(std::function<void(size_t)> observer) {
+  state_->observer = std::move(observer);
+}
 void ShadowAccumulator::set_measure_sq_norms(bool on) { state_->measure = on; }
 bool ShadowAccumulator::measures_sq_norms() const { return state_->measure; }
 const std::vector<double>& ShadowAccumulator::microbatch_sq_norms() const { return state_->micro_sq; }

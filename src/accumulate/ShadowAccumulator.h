@@ -16,6 +16,7 @@
 // at most one parameter's fp32 gradient is alive at a time, p.grad() is undefined whenever user code
 // can look, and no fp32 gradient tree ever exists. Outside begin()/end() the hooks do nothing and
 // backward() behaves as usual.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -64,7 +65,7 @@ class ShadowAccumulator {
   RoundingLoss rounding_loss() const;
 
   // The gradient noise scale's small batches (docs/batch-size.md): one value per backward() of the current or last
-  // window, in fold order: the squared L2 norm of everything that backward folded, summed over parameters (fp32
+  // window, in fold order (on CUDA, after end(): the device's sums are read then): the squared L2 norm of everything that backward folded, summed over parameters (fp32
   // squares and block sums, added in double; the same bits at any thread count). Taken from each gradient as it is
   // folded, before it is rounded into the shadow; fused into the add on the common paths. Assumes each parameter
   // receives one gradient per backward (what autograd does for a parameter); a parameter that some backward does
@@ -72,6 +73,11 @@ class ShadowAccumulator {
   const std::vector<double>& microbatch_sq_norms() const;
   void set_measure_sq_norms(bool on);
   bool measures_sq_norms() const;
+  // Called with the parameter's position in params() after each of its folds inside a window, on the thread that
+  // ran the fold (autograd's): e.g. to start a bucket's reduction once its parameters are complete
+  // (distributed/OverlappedReduce.h). An empty function removes it.
+  void set_fold_observer(std::function<void(size_t)> observer);
+
   // The big batch: the squared L2 norm of the shadow tree, computed as microbatch_sq_norms() are.
   double squared_norm() const;
 

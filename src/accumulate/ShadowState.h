@@ -3,12 +3,14 @@
 // (FoldingCast.h). Internal to src/accumulate.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
+#include "accumulate/CudaFold.h"
 #include "accumulate/StochasticRounding.h"
 #include "util/AutogradNode.h"
 
@@ -60,26 +62,42 @@ struct ShadowState {
     micro_sq[m] += sq;
   }
 
-  // The rounding kernel is CPU code: shadows on another device keep at::add_ (round to nearest, uncounted).
+  // The CPU rounding kernel (StochasticRounding.h) where add_ cannot do the rounding. CUDA shadows all take the
+  // one-pass CUDA fold (CudaFold.h) when the build has it, whose norms and float16 counts wait in `tally` until
+  // end(); shadows elsewhere keep at::add_ (round to nearest, uncounted).
   bool uses_kernel() const {
     return on_cpu && (grad_dtype == c10::kHalf || (grad_dtype == c10::kBFloat16 && rounding == Rounding::kStochastic));
   }
   bool on_cpu = true;
+  bool on_cuda = false;  // every shadow on CUDA, and the build has the CUDA fold
+  CudaTally tally;
+  CudaFoldOptions cuda_options(size_t i, bool overwrite);
+  // end(): the device tallies into micro_sq and loss (the window's one wait for the GPU).
+  void read_tally();
   uint64_t next_key(size_t i) {
     return rounding_key(seed, {uint64_t(window), uint64_t(fold_number[i]++), uint64_t(i)});
   }
 
   // shadows[i] += grad, computed in fp32 and rounded once into grad_dtype. `grad` may be in any float dtype.
-  void fold(size_t i, const at::Tensor& grad);
+  void fold(size_t i, const at::Tensor& grad) {
+    fold_now(i, grad);
+    if (observer) observer(i);
+  }
   // shadows[i][index[r]] += rows[r] for every r: duplicates are summed in fp32 first (in index order, as a
   // dense index_add would), then each touched shadow row gets one fp32 add, rounded once.
-  void fold_rows(size_t i, const at::Tensor& index, const at::Tensor& rows);
+  void fold_rows(size_t i, const at::Tensor& index, const at::Tensor& rows) {
+    fold_rows_now(i, index, rows);
+    if (observer) observer(i);
+  }
+  std::function<void(size_t)> observer;  // ShadowAccumulator::set_fold_observer
   void mark_all_stale() { stale.assign(shadows.size(), 1); }
   void settle();
   // Ends a measured window: the relative error of the shadow tree against the reference, then frees it.
   void close_reference();
 
  private:
+  void fold_now(size_t i, const at::Tensor& grad);
+  void fold_rows_now(size_t i, const at::Tensor& index, const at::Tensor& rows);
   struct Timer {
     ShadowState& s;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();

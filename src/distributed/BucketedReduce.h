@@ -21,9 +21,8 @@ int64_t bucket_elements(int64_t bucket_bytes);
 // How many buckets a flat vector of `numel` elements needs.
 int64_t bucket_count(int64_t numel, int64_t bucket_bytes);
 
-// Returns the number of buckets reduced (one all_reduce each). `rider` (optional, contiguous fp32, small) is summed
-// too, in place: its values ride at the end of the last bucket (the gradient noise scale's per-microbatch norms).
-int64_t all_reduce_sum_bucketed(Communicator& comm, const std::vector<at::Tensor>& tensors, int64_t bucket_bytes,
-                                const at::Tensor& rider = {});
+// Returns the number of buckets reduced (one all_reduce each). OverlappedReduce starts the same buckets during the
+// last backward instead.
+int64_t all_reduce_sum_bucketed(Communicator& comm, const std::vector<at::Tensor>& tensors, int64_t bucket_bytes);
 
 } // namespace shadowgrad::distributed

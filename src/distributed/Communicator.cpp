@@ -169,6 +169,38 @@ void Communicator::all_reduce_sum_(at::Tensor& t) {
   impl_->wait(impl_->group->allreduce(tensors), "all_reduce");
 }
 
+struct PendingCollective::State {
+  c10::intrusive_ptr<c10d::Work> work;
+  Communicator::Impl* impl = nullptr;
+};
+
+PendingCollective::PendingCollective() = default;
+PendingCollective::~PendingCollective() = default;
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+bool PendingCollective::pending() const { return state_ && state_->work; }
+
+void PendingCollective::wait() {
+  if (!pending()) return;
+  auto work = std::move(state_->work);
+  state_->impl->wait(work, "all_reduce");
+}
+
+PendingCollective Communicator::start_all_reduce_sum(at::Tensor& t) {
+  std::vector<at::Tensor> tensors{t};
+  ++impl_->counts.all_reduce;
+  impl_->counts.bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  PendingCollective pending;
+  pending.state_ = std::make_unique<PendingCollective::State>();
+  pending.state_->impl = impl_.get();
+  try {
+    pending.state_->work = impl_->group->allreduce(tensors);
+  } catch (const c10::Error& e) {
+    impl_->fail("all_reduce", e.what_without_backtrace());
+  }
+  return pending;
+}
+
 void Communicator::all_gather(std::vector<at::Tensor>& out, const at::Tensor& in) {
   std::vector<std::vector<at::Tensor>> outputs{out};
   std::vector<at::Tensor> inputs{in};

@@ -36,6 +36,24 @@ struct CollectiveCounts {
   int64_t total() const { return all_reduce + all_gather; }
 };
 
+// A collective that has been started and not yet waited for (Communicator::start_all_reduce_sum).
+class PendingCollective {
+ public:
+  PendingCollective();
+  ~PendingCollective();
+  PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
+  // Blocks until the collective is done (Gloo), or makes the current CUDA stream wait for it (NCCL). Throws
+  // CollectiveError as the blocking calls do. Waiting twice is a no-op.
+  void wait();
+  bool pending() const;
+
+ private:
+  friend class Communicator;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 class Communicator {
  public:
   // Rendezvous through c10d::TCPStore: rank 0 serves it on master_port, the others connect to master_addr.
@@ -57,12 +75,16 @@ class Communicator {
 
   // In-place sum over all processes. `t` must be contiguous; Gloo accepts float, double and integer types.
   void all_reduce_sum_(at::Tensor& t);
+  // The same sum, started and returned without waiting: `t` must stay alive and untouched until wait(). Every process
+  // must start its collectives in the same order.
+  PendingCollective start_all_reduce_sum(at::Tensor& t);
   // out[r] receives rank r's `in`; every tensor has in's size and dtype.
   void all_gather(std::vector<at::Tensor>& out, const at::Tensor& in);
 
   const CollectiveCounts& counts() const;
 
  private:
+  friend class PendingCollective;
   struct Impl;
   explicit Communicator(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -13,6 +13,7 @@
 #include "distributed/BucketedReduce.h"
 #include "distributed/Communicator.h"
 #include "distributed/Environment.h"
+#include "distributed/OverlappedReduce.h"
 #include "util/Hash.h"
 
 namespace shadowgrad::distributed {
@@ -38,7 +39,8 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, const DataParalle
     : comm_(std::move(comm)),
       bucket_bytes_(std::max<int64_t>(1, std::llround(options.bucket_mb * double(1 << 20)))),
       shard_optimizer_(options.shard_optimizer),
-      config_hash_(options.config_hash) {}
+      config_hash_(options.config_hash),
+      overlap_enabled_(options.overlap) {}
 
 DataParallel::~DataParallel() = default;
 
@@ -57,15 +59,36 @@ double DataParallel::global_sum(double local) {
   return t.item<double>();
 }
 
+void DataParallel::before_backward(accumulate::ShadowAccumulator& acc, bool last) {
+  if (!overlap_enabled_) return;
+  if (!overlap_ || overlap_for_ != &acc) {
+    overlap_.reset();  // its observer leaves the old accumulator first
+    overlap_ = std::make_unique<OverlappedReduce>(*comm_, acc, bucket_bytes_);
+    overlap_for_ = &acc;
+  }
+  overlap_->before_backward(last);
+}
+
+int64_t DataParallel::buckets_started_early() const { return overlap_ ? overlap_->started_early() : 0; }
+
 void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc, const at::Tensor& rider) {
   at::NoGradGuard no_grad;
   folds_at_last_reduce_ = acc.folds();
-  const int64_t buckets = all_reduce_sum_bucketed(*comm_, acc.mutable_shadows(), bucket_bytes_, rider);
+  const bool overlapped = overlap_ && overlap_for_ == &acc;
+  const int64_t buckets = overlapped ? overlap_->finish()
+                                     : all_reduce_sum_bucketed(*comm_, acc.mutable_shadows(), bucket_bytes_);
+  if (rider.defined() && rider.numel() > 0) {
+    at::Tensor r = rider.view({-1});
+    comm_->all_reduce_sum_(r);
+  }
   if (!logged_buckets_) {
     int64_t numel = 0;
     for (const auto& s : acc.shadows()) numel += s.numel();
-    spdlog::info("gradient reduction: {} {} values in {} fp32 buckets of at most {} bytes, once per step", numel,
-                 c10::toString(acc.grad_dtype()), buckets, bucket_bytes_);
+    spdlog::info("gradient reduction: {} {} values in {} fp32 buckets of at most {} bytes, once per step{}", numel,
+                 c10::toString(acc.grad_dtype()), buckets, bucket_bytes_,
+                 overlapped ? fmt::format(", overlapped with the last backward ({} of them started during it)",
+                                          overlap_->started_early())
+                            : "");
     logged_buckets_ = true;
   }
 }

@@ -5,11 +5,13 @@
 //                                            // nullptr for one process (no RANK/WORLD_SIZE)
 //   first example of this process's shard:   dp->rank() * local_batch
 //   before the microbatch loop:              tokens = dp->global_tokens(local_tokens)   // loss scale is global
+//   before each microbatch's backward:       dp->before_backward(accumulator, m == K - 1)
 //   after the LAST microbatch, once:         dp->reduce_gradients(accumulator)          // bucketed fp32 sum
 //   the reported loss:                       dp->global_sum(local_loss_sum) / tokens
 //
-// Per optimizer step that is 1 + buckets + 1 all_reduce calls, whatever gradient_accumulation_steps is
-// (plus the ZeRO-1 all-gather rounds when shard_optimizer_over_data=true). Nothing is sent per microbatch.
+// Per optimizer step that is 1 + buckets + 1 all_reduce calls, whatever gradient_accumulation_steps is (one more
+// with a rider, plus the ZeRO-1 all-gather rounds when shard_optimizer_over_data=true). Nothing is sent per
+// microbatch. With overlap_gradient_reduction the buckets start during the last backward (OverlappedReduce.h).
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -26,6 +28,7 @@ class ShadowAccumulator;
 namespace shadowgrad::distributed {
 
 class Communicator;
+class OverlappedReduce;
 struct ProcessEnvironment;
 
 class DataParallel {
@@ -46,10 +49,15 @@ class DataParallel {
   int64_t global_tokens(int64_t local_tokens);
   double global_sum(double local);
 
+  // With overlap: before each microbatch's backward (`last`: the step's last one). A no-op without overlap.
+  void before_backward(accumulate::ShadowAccumulator& acc, bool last);
   // Sums the shadow tree over all processes through fp32 buckets: the one gradient reduction of a step.
-  // Call it after the last microbatch has been folded. `rider`: a small fp32 vector summed with it, at the end of
-  // the last bucket (no extra collective), e.g. each process's per-microbatch squared norms in its own slots.
+  // Call it after the last microbatch has been folded and ShadowAccumulator::end(). `rider`: a small fp32 vector
+  // summed after the buckets, in one all_reduce of its own (e.g. each process's per-microbatch squared norms in its
+  // own slots): the buckets are then the same with and without overlap, and so are their sums.
   void reduce_gradients(accumulate::ShadowAccumulator& acc, const at::Tensor& rider = {});
+  // Buckets the last reduce_gradients started during the last backward (0 without overlap).
+  int64_t buckets_started_early() const;
   // accumulator.folds() when reduce_gradients last ran: K x parameters if it ran after the last microbatch.
   int64_t folds_at_last_reduce() const { return folds_at_last_reduce_; }
 
@@ -66,6 +74,9 @@ class DataParallel {
   bool shard_optimizer_;
   uint64_t config_hash_;
   int64_t folds_at_last_reduce_ = -1;
+  bool overlap_enabled_;
+  std::unique_ptr<OverlappedReduce> overlap_;
+  const accumulate::ShadowAccumulator* overlap_for_ = nullptr;
   bool logged_buckets_ = false;
 };
 

@@ -129,6 +129,7 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
                                                   options_.loss_chunk_tokens, options_.fused_kernels)
                           : token_loss_sum(model_->forward(tokens), targets);
     sums.forward_s += seconds_since(mark);
+    if (dp_) dp_->before_backward(*accumulator_, m == micro_steps_ - 1);  // overlap: the last backward sends buckets
     (loss * inv_tokens).backward();
     loss_sum += loss.detach();
     sums.backward_s += seconds_since(mark);
