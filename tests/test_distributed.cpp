@@ -209,13 +209,14 @@ TEST_CASE("reducing before the last microbatch is folded (DeepSpeed #7985) misse
   }
 }
 
-TEST_CASE("collectives per optimizer step: 2 + buckets all_reduce, independent of K, plus the ZeRO-1 all_gather "
-          "rounds",
+TEST_CASE("collectives per optimizer step: 2 + buckets (+1 noise scale) all_reduce, independent of K, plus the ZeRO-1 "
+          "all_gather rounds",
           "[distributed][count]") {
   for (bool zero : {false, true}) {
     for (int64_t k : {1, 3}) {
       std::vector<distributed::CollectiveCounts> per_step(2);
       std::vector<int64_t> numel(2), folds(2), params(2);
+      const bool c_noise = dist_config(k, 2).gradient_noise_scale;
       auto errors = run_ranks(2, [&](distributed::Communicator& comm) {
         auto c = dist_config(k, 2);
         c.grad_reduce_bucket_mb = 0.02;
@@ -246,7 +247,8 @@ TEST_CASE("collectives per optimizer step: 2 + buckets all_reduce, independent o
                    << " rounds=" << rounds);
       REQUIRE(buckets > 1);
       for (int r = 0; r < 2; ++r) {
-        CHECK(per_step[r].all_reduce == 2 + buckets);  // valid tokens, the gradient buckets, the loss
+        // valid tokens, the gradient buckets, the noise scale's norms (on by default), the loss
+        CHECK(per_step[r].all_reduce == 2 + buckets + (c_noise ? 1 : 0));
         CHECK(per_step[r].all_gather == rounds);
         CHECK(folds[r] == k * params[r]);  // reduced after all K microbatches had been folded
       }

@@ -163,8 +163,6 @@ void validate(const Config& c) {
                      c.adam_state_dtype, c.opt_type, c.opt_fused));
   if (c.load_checkpoint_step > 0 && c.run_name.empty())
     fail(fmt::format("load_checkpoint_step={} needs run_name=<the run to resume>", c.load_checkpoint_step));
-  if (c.grad_accum_rounding == GradRounding::stochastic && c.hardware == Hardware::cuda)
-    fail("grad_accum_rounding=stochastic needs hardware=cpu: the rounding kernel is CPU-only so far");
 }
 
 } // namespace shadowgrad::config

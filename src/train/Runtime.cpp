@@ -8,6 +8,7 @@
 #include <ATen/Context.h>
 #include <fmt/format.h>
 
+#include "accumulate/CudaFold.h"
 #include "memory/TrackingAllocator.h"
 #include "util/Errors.h"
 
@@ -37,6 +38,16 @@ c10::Device resolve_device(config::Hardware hardware) {
     return c10::Device(c10::kCUDA, 0);
   }
   return c10::Device(c10::kCPU);
+}
+
+void require_device_support(config::GradRounding rounding, config::FloatDtype adam_state_dtype, c10::Device device) {
+  if (adam_state_dtype == config::FloatDtype::bfloat16 && !device.is_cpu())
+    throw InputError("adam_state_dtype=bfloat16 needs hardware=cpu: the fused AdamW with bf16 moments is a CPU kernel; "
+                     "use adam_state_dtype=float32 on CUDA (torch's AdamW steps there)");
+  if (rounding == config::GradRounding::stochastic && device.is_cuda() && !accumulate::cuda_fold_built())
+    throw InputError("grad_accum_rounding=stochastic with hardware=cuda needs the CUDA fold kernel, which this build "
+                     "lacks (no nvcc when it was configured); rebuild with nvcc on PATH, or use "
+                     "grad_accum_rounding=nearest");
 }
 
 bool cpu_has_avx512_bf16() {

@@ -50,6 +50,7 @@ Training::Training(config::Config cfg)
                      : std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
   // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
   if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
+  require_device_support(cfg_.grad_accum_rounding, cfg_.adam_state_dtype, device_);
 }
 
 Training::~Training() = default;
