@@ -1,11 +1,13 @@
 // trainer CONFIG [key=value ...]: trains the decoder with gradient accumulation into a shadow tree.
 // Exit codes: 0 success, 1 runtime failure, 2 bad input (config, data, run directory, checkpoint,
 // command line), 3 too many non-finite steps in a row, 130 / 143 stopped by SIGINT / SIGTERM.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -30,6 +32,7 @@
 #include "train/TrainStep.h"
 #include "train/Training.h"
 #include "util/Errors.h"
+#include "util/Printable.h"
 
 namespace {
 
@@ -53,7 +56,13 @@ int fail(int code, const std::string& message) {
   const char* rank = std::getenv("RANK");
   const char* world = std::getenv("WORLD_SIZE");
   if (rank && world && std::string(world) != "1") std::cerr << "[rank " << rank << "] ";
-  std::cerr << "error: " << message << std::endl;
+  // A message may quote a file's bytes (a damaged checkpoint's, a dataset's): none reaches the terminal raw.
+  std::string text;
+  for (size_t at = 0, end; at <= message.size(); at = end + 1) {
+    end = std::min(message.find('\n', at), message.size());
+    text += (at ? "\n" : "") + shadowgrad::util::printable(std::string_view(message).substr(at, end - at));
+  }
+  std::cerr << "error: " << text << std::endl;
   return code;
 }
 

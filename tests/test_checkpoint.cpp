@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/optim/adamw.h>
 
+#include "CraftedCheckpoint.h"
 #include "TinyConfig.h"
 #include "TrainerProcess.h"
 #include "checkpoint/Checkpointer.h"
@@ -92,23 +93,40 @@ void flip_byte(const std::string& path, size_t offset) {
 
 void truncate_file(const std::string& path) { fs::resize_file(path, fs::file_size(path) / 2); }
 
-config::Config rig_config(const std::string& base, int64_t k, const std::string& grad_dtype) {
-  config::Config c = tiny_config();
-  c.base_output_directory = base;
-  c.run_name = "r";
-  c.per_device_batch_size = 2;
-  c.gradient_accumulation_steps = k;
-  set_key(c, "grad_dtype", grad_dtype);
-  return c;
+// One damage to a file, as the fuzz over re-signed checkpoints applies it.
+struct Mutation {
+  std::string kind;  // "bit flip", "random span", "zeroed span", "truncation"
+  size_t at = 0, length = 0;
+  std::string describe() const { return kind + " at " + std::to_string(at) + " (" + std::to_string(length) + " bytes)"; }
+};
+
+std::string mutated(std::string bytes, const Mutation& m, std::mt19937& rng) {
+  if (m.kind == "truncation") return bytes.substr(0, m.at);
+  for (size_t i = m.at; i < std::min(bytes.size(), m.at + m.length); ++i) {
+    if (m.kind == "bit flip") bytes[i] = char(bytes[i] ^ (1 << (rng() % 8)));
+    if (m.kind == "random span") bytes[i] = char(rng() % 256);
+    if (m.kind == "zeroed span") bytes[i] = 0;
+  }
+  return bytes;
 }
 
-// Trains step 0 of rig_config(base, 1, "float32") and checkpoints it in base/r; returns that config.
-config::Config one_checkpoint(const std::string& base) {
-  config::Config c = rig_config(base, 1, "float32");
-  Rig rig(c);
-  rig.step->run(0);
-  checkpointer(c, base + "/r").save({1, 0, 0}, rig.module(), rig.step->optimizer());
-  return c;
+// `per_kind` mutations of each kind for a file of `size` bytes. Half the offsets fall in the first or last 512
+// bytes, where a LibTorch archive keeps its pickle, its zip headers and its central directory; the rest anywhere
+// (mostly tensor data).
+std::vector<Mutation> mutations(size_t size, int per_kind, std::mt19937& rng) {
+  auto offset = [&](int i) {
+    const size_t edge = std::min<size_t>(512, size);
+    if (i % 2 == 1) return size_t(rng() % size);
+    return rng() % 2 ? size_t(rng() % edge) : size - 1 - size_t(rng() % edge);
+  };
+  std::vector<Mutation> out;
+  for (int i = 0; i < per_kind; ++i) {
+    out.push_back({"bit flip", offset(i), 1});
+    out.push_back({"random span", offset(i), 1 + rng() % 32});
+    out.push_back({"zeroed span", offset(i), 64});
+    out.push_back({"truncation", size_t(rng() % size), 0});
+  }
+  return out;
 }
 
 } // namespace
@@ -248,6 +266,45 @@ TEST_CASE("a corrupt latest checkpoint is named and the previous one is used, an
   truncate_file(ckpt.step_dir(1) + "/model.pt");
   CHECK_THROWS_WITH(ckpt.restore(fresh.module(), fresh.step->optimizer()),
                     Catch::Contains(step3 + "/") && Catch::Contains("no earlier checkpoint is loadable"));
+}
+
+TEST_CASE("fuzz: a re-signed checkpoint with a damaged model.pt, optimizer.pt or rng.pt is refused naming the file",
+          "[checkpoint][fuzz]") {
+  // Accepted: CorruptCheckpointError (exit 2) naming the file, its message printable; or a load that succeeds,
+  // where the damage fell inside tensor data or left the archive readable (the manifest vouches for the bytes, so
+  // nothing can tell). A truncation, which cuts off the zip's central directory, must always be refused.
+  const std::string base = tp::fresh_dir("ckpt_fuzz");
+  const config::Config c = one_checkpoint(base);
+  const std::string pristine = checkpointer(c, base + "/r").step_dir(1), copy = base + "/r/checkpoints/step-1.orig";
+  fs::copy(pristine, copy);
+  config::Config strict = c;
+  strict.load_checkpoint_step = 1;
+  std::mt19937 rng(20261201);
+  int refused = 0, loaded = 0;
+  for (const char* name : {"model.pt", "optimizer.pt", "rng.pt"}) {
+    const std::string original = tp::read_text(copy + "/" + name);
+    for (const Mutation& m : mutations(original.size(), 2, rng)) {
+      INFO(name << ": " << m.describe());
+      fs::remove_all(pristine);
+      fs::copy(copy, pristine);
+      std::ofstream(pristine + "/" + name, std::ios::binary | std::ios::trunc) << mutated(original, m, rng);
+      resign(pristine, name);
+      Rig fresh(c);
+      try {
+        CHECK(checkpointer(strict, base + "/r").restore(fresh.module(), fresh.step->optimizer()).step == 1);
+        CHECK(m.kind != "truncation");
+        ++loaded;
+      } catch (const checkpoint::CorruptCheckpointError& e) {
+        INFO(e.what());
+        CHECK_THAT(e.what(), Catch::StartsWith("checkpoint file '" + pristine + "/" + name + "' is corrupt: "));
+        CHECK(terminal_safe(e.what()));
+        ++refused;
+      }
+    }
+  }
+  WARN("re-signed checkpoints: " << refused << " refused, " << loaded << " loaded");
+  CHECK(refused >= 12);  // every truncation at least
+  fs::remove_all(base);
 }
 
 TEST_CASE("a changed model shape, vocab or optimizer names the key, allowed keys may change", "[checkpoint]") {
