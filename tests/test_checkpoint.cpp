@@ -28,6 +28,7 @@
 #include "train/TrainStep.h"
 #include "util/Errors.h"
 #include "util/OptimizerStateKey.h"
+#include "util/Printable.h"
 #include "Skip.h"
 
 using namespace shadowgrad;
@@ -161,6 +162,16 @@ TEST_CASE("a manifest round-trips, and one flipped byte in it is caught", "[chec
   }
   CHECK_THROWS_WITH(checkpoint::Manifest::parse(text.substr(0, text.size() / 2), "m.yml"),
                     Catch::Contains("'m.yml' is corrupt"));
+}
+
+TEST_CASE("printable keeps ASCII and UTF-8 and escapes every other byte, one by one", "[checkpoint][unit]") {
+  CHECK(util::printable("step-2/model.pt: 100 bytes") == "step-2/model.pt: 100 bytes");
+  CHECK(util::printable("caf\xc3\xa9 \xe2\x82\xac") == "caf\xc3\xa9 \xe2\x82\xac");  // é, €
+  CHECK(util::printable("a\x1b[2Jb\x07\r\n\t") == "a\\x1b[2Jb\\x07\\x0d\\x0a\\x09");
+  CHECK(util::printable("\xff\xfe\xc3") == "\\xff\\xfe\\xc3");               // not UTF-8; a cut sequence
+  CHECK(util::printable("\xc0\xaf \xed\xa0\x80") == "\\xc0\\xaf \\xed\\xa0\\x80");  // overlong; a surrogate
+  CHECK(util::printable("x\xe2\x80\xaey \xc2\x9b") == "x\\xe2\\x80\\xaey \\xc2\\x9b");  // RLO; C1 CSI
+  CHECK(util::printable(std::string("\0", 1)) == "\\x00");
 }
 
 TEST_CASE("save then restore into a fresh model: the next steps are bitwise equal", "[checkpoint]") {
