@@ -130,6 +130,25 @@ std::vector<Mutation> mutations(size_t size, int per_kind, std::mt19937& rng) {
   return out;
 }
 
+config::Config rig_config(const std::string& base, int64_t k, const std::string& grad_dtype) {
+  config::Config c = tiny_config();
+  c.base_output_directory = base;
+  c.run_name = "r";
+  c.per_device_batch_size = 2;
+  c.gradient_accumulation_steps = k;
+  set_key(c, "grad_dtype", grad_dtype);
+  return c;
+}
+
+// Trains step 0 of rig_config(base, 1, "float32") and checkpoints it in base/r; returns that config.
+config::Config one_checkpoint(const std::string& base) {
+  config::Config c = rig_config(base, 1, "float32");
+  Rig rig(c);
+  rig.step->run(0);
+  checkpointer(c, base + "/r").save({1, 0, 0}, rig.module(), rig.step->optimizer());
+  return c;
+}
+
 } // namespace
 
 TEST_CASE("crc32 gives the standard check value and chains", "[checkpoint]") {
