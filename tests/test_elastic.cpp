@@ -49,6 +49,29 @@ void require_equal(const checkpoint::FlatOptimizerState& a, const checkpoint::Fl
   }
 }
 
+// The tiny model for ZeRO-1 over ranks as threads: K=2 microbatches of 2, buckets small enough to split it.
+config::Config zero1_config() {
+  auto c = tiny_config();
+  c.per_device_batch_size = 2;
+  c.gradient_accumulation_steps = 2;
+  c.shard_optimizer_over_data = true;
+  c.grad_reduce_bucket_mb = 0.01;
+  return c;
+}
+
+// One rank's TrainStep on `comm`, with the data source it reads.
+struct RankStep {
+  std::unique_ptr<data::DataSource> source;
+  std::unique_ptr<train::TrainStep> step;
+  RankStep(distributed::Communicator& comm, const config::Config& c)
+      : source(data::make_source(data::DataOptions::from_config(c))) {
+    auto dp = std::make_shared<distributed::DataParallel>(share(comm), distributed::DataParallelOptions::from_config(c));
+    step = std::make_unique<train::TrainStep>(train::StepOptions::from_config(c),
+                                              model::Decoder(model::DecoderOptions::from_config(c)), *source,
+                                              c10::Device(c10::kCPU), dp);
+  }
+};
+
 } // namespace
 
 TEST_CASE("flat optimizer state: AdamW state cut into slices and put together again is unchanged",
@@ -94,22 +117,14 @@ TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N and a
   const std::string run_dir = scratch("zero");
   std::vector<checkpoint::FlatOptimizerState> slices(2);
   std::vector<int64_t> begins(2);
-  auto c = tiny_config();
-  c.per_device_batch_size = 2;
-  c.gradient_accumulation_steps = 2;
-  c.shard_optimizer_over_data = true;
-  c.grad_reduce_bucket_mb = 0.01;
+  const auto c = zero1_config();
   bool rank1_gives_up = false;
   auto train_and_save = [&](int64_t step_count) {
     return run_ranks(
         2,
         [&](distributed::Communicator& comm) {
-          auto dp = std::make_shared<distributed::DataParallel>(share(comm),
-                                                                distributed::DataParallelOptions::from_config(c));
-          auto source = data::make_source(data::DataOptions::from_config(c));
-          train::TrainStep step(train::StepOptions::from_config(c),
-                                model::Decoder(model::DecoderOptions::from_config(c)), *source,
-                                c10::Device(c10::kCPU), dp);
+          RankStep rank(comm, c);
+          train::TrainStep& step = *rank.step;
           for (int64_t s = 0; s < step_count; ++s) step.run(s);
           const auto topology = train::checkpoint_topology(step);
           checkpoint::Checkpointer checkpoints(checkpoint::CheckpointOptions::from_config(c), run_dir, topology);
@@ -207,23 +222,15 @@ TEST_CASE("ZeRO-1: a re-signed damaged shard only rank 1 reads gives every rank 
   // Rank 0 never reads shard 1 (needed_by), so only rank 1 can find the damage: without a verdict agreed before
   // loading, rank 0 would load step-2 and rank 1 fall back to step-1, or rank 1 exit 2 while rank 0 waited.
   const std::string run_dir = scratch("verdict");
-  auto c = tiny_config();
-  c.per_device_batch_size = 2;
-  c.gradient_accumulation_steps = 2;
-  c.shard_optimizer_over_data = true;
-  c.grad_reduce_bucket_mb = 0.01;
+  const auto c = zero1_config();
   const std::string shard1 = run_dir + "/checkpoints/step-2/" + checkpoint::shard_file_name(1, 2);
   std::vector<int64_t> restored(2, -1);
   auto ranks = [&](bool write, const config::Config& cfg) {
     return run_ranks(
         2,
         [&](distributed::Communicator& comm) {
-          auto dp = std::make_shared<distributed::DataParallel>(share(comm),
-                                                                distributed::DataParallelOptions::from_config(cfg));
-          auto source = data::make_source(data::DataOptions::from_config(cfg));
-          train::TrainStep step(train::StepOptions::from_config(cfg),
-                                model::Decoder(model::DecoderOptions::from_config(cfg)), *source,
-                                c10::Device(c10::kCPU), dp);
+          RankStep rank(comm, cfg);
+          train::TrainStep& step = *rank.step;
           checkpoint::Checkpointer checkpoints(checkpoint::CheckpointOptions::from_config(cfg), run_dir,
                                                train::checkpoint_topology(step));
           if (write)
