@@ -1,11 +1,13 @@
 // trainer CONFIG [key=value ...]: trains the decoder with gradient accumulation into a shadow tree.
 // Exit codes: 0 success, 1 runtime failure, 2 bad input (config, data, run directory, checkpoint,
 // command line), 3 too many non-finite steps in a row, 130 / 143 stopped by SIGINT / SIGTERM.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -30,6 +32,7 @@
 #include "train/TrainStep.h"
 #include "train/Training.h"
 #include "util/Errors.h"
+#include "util/Printable.h"
 
 namespace {
 
@@ -52,8 +55,24 @@ int fail(int code, const std::string& message) {
   // In a multi-process run (scripts/launch.sh, torchrun-style variables) say which process failed.
   const char* rank = std::getenv("RANK");
   const char* world = std::getenv("WORLD_SIZE");
-  if (rank && world && std::string(world) != "1") std::cerr << "[rank " << rank << "] ";
-  std::cerr << "error: " << message << std::endl;
+  std::string text;
+  if (rank && world && std::string(world) != "1") text = fmt::format("[rank {}] ", rank);
+  // A message may quote a file's bytes (a damaged checkpoint's, a dataset's): none reaches the terminal raw.
+  text += "error: ";
+  for (size_t at = 0, end; at <= message.size(); at = end + 1) {
+    end = std::min(message.find('\n', at), message.size());
+    text += (at ? "\n" : "") + shadowgrad::util::printable(std::string_view(message).substr(at, end - at));
+  }
+  text += '\n';
+  // One write() for the whole line: every rank of a run that gives up together (checkpoint/Agreement.h) writes its
+  // line at the same moment into the launcher's one pipe, and std::cerr would write each piece on its own, letting
+  // the lines interleave mid-line. A pipe keeps a write of up to PIPE_BUF (4096) bytes whole.
+  std::cerr.flush();
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n <= 0) break;
+    done += size_t(n);
+  }
   return code;
 }
 

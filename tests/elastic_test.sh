@@ -8,7 +8,8 @@
 #     1e-5 relative of continuing unchanged, every step (the max rel diff is printed; bitwise is reported, not
 #     required: the order of the sums changes with the split);
 #   - a truncated shard file: the previous checkpoint is used with a warning naming the file, and asking for that
-#     step exits 2 naming it; a global-batch mismatch exits 2 naming the three keys;
+#     step exits 2 on every rank, each naming it (the ranks agree on the verdict before any exits); a global-batch
+#     mismatch exits 2 naming the three keys;
 #   - one writer per run directory: a second trainer on a live run exits 2 naming the directory, pid and host,
 #     and the first run's metrics.jsonl is complete; after kill -9 of the holder the same command resumes.
 # Cost: about 40 trainer processes of a 2-layer, 32-wide model (num_threads=1 each): 3 min 15 s on this machine's 2
@@ -145,7 +146,12 @@ shard=$runs/zero_trunc/checkpoints/step-6/optimizer-shard-00001-of-00002.pt
 truncate -s 100 "$shard"
 train zero_trunc 2 6 "${zero[@]}" load_checkpoint_step=6
 ((rc == 2)) || { cat "$log" >&2; fail "loading the truncated step-6 exited $rc, expected 2"; }
-grep -q "error: .*$shard' is corrupt" "$log" || fail "the error does not name $shard"
+# Every rank agrees on the verdict before any exits: each names the file (rank 1 quoting rank 0, which found it
+# first), and none fails a collective instead (the exit 1 that torchrun used to report when it saw it first).
+for r in 0 1; do
+  grep -q "\[rank $r\] error: .*$shard' is corrupt" "$log" || { cat "$log" >&2; fail "rank $r does not name $shard"; }
+done
+grep -q 'Connection closed\|failed (exitcode: 1)' "$log" && { cat "$log" >&2; fail "a rank failed a collective"; }
 train zero_trunc 2 6 "${zero[@]}"
 ((rc == 0)) || { cat "$log" >&2; fail "the fallback run exited $rc"; }
 grep -q "warn.*$shard' is corrupt.*falling back" "$log" || fail "no warning naming $shard"

@@ -3,9 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <random>
 #include <fstream>
 #include <string>
 
+#include "CraftedCheckpoint.h"
 #include "TokenFiles.h"
 #include "TrainerProcess.h"
 
@@ -271,6 +273,36 @@ TEST_CASE("bad input: a checkpoint with flipped bytes, loaded explicitly", "[bad
   }
   expect_resume_error(base, "load_checkpoint_step=1",
                       "checkpoint file '" + file + "' is corrupt: crc32");
+}
+
+TEST_CASE("bad input: a re-signed checkpoint whose model.pt, optimizer.pt or rng.pt is damaged", "[bad-input][checkpoint]") {
+  // The manifest vouches for the changed bytes, so only LibTorch's reader can tell; its error must become ours (exit
+  // 2 naming the file), and the bytes written, terminal escapes included, must not reach the output raw.
+  // tests/test_checkpoint.cpp fuzzes the same in-process over many more damages.
+  const std::string base = finished_run();
+  const std::string dir = base + "/r/checkpoints/step-2", copy = base + "/step-2.orig";
+  fs::copy(dir, copy);
+  std::mt19937 rng(7);
+  for (const char* name : {"model.pt", "optimizer.pt", "rng.pt"}) {
+    const std::string original = tp::read_text(copy + "/" + name);
+    std::string junk = "\x1b[2J\xff\xfe\x07\r";
+    for (int i = 0; i < 24; ++i) junk += char(rng() % 256);
+    for (size_t at : {size_t(0), original.size() - 40}) {  // the first zip header; the central directory
+      INFO(name << ": junk at " << at);
+      fs::remove_all(dir);
+      fs::copy(copy, dir);
+      std::string bytes = original;
+      bytes.replace(at, junk.size(), junk);
+      std::ofstream(dir + "/" + name, std::ios::binary | std::ios::trunc) << bytes.substr(0, original.size());
+      resign(dir, name);
+      auto r = tp::run("base.yml steps=4 run_name=r load_checkpoint_step=2 base_output_directory=" + base + tp::kTiny);
+      INFO(r.output);
+      CHECK(r.code == 2);
+      CHECK(terminal_safe(r.output));
+      CHECK_THAT(last_line(r.output), Catch::StartsWith("error: checkpoint file '" + dir + "/" + name + "' is corrupt: "));
+      CHECK(r.output.find("error: ") == r.output.rfind("error: "));  // one message
+    }
+  }
 }
 
 TEST_CASE("bad input: load_checkpoint_step that does not exist", "[bad-input][checkpoint]") {

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/optim/adamw.h>
 
+#include "CraftedCheckpoint.h"
 #include "TinyConfig.h"
 #include "TrainerProcess.h"
 #include "checkpoint/Checkpointer.h"
@@ -27,6 +28,7 @@
 #include "train/TrainStep.h"
 #include "util/Errors.h"
 #include "util/OptimizerStateKey.h"
+#include "util/Printable.h"
 #include "Skip.h"
 
 using namespace shadowgrad;
@@ -92,6 +94,42 @@ void flip_byte(const std::string& path, size_t offset) {
 
 void truncate_file(const std::string& path) { fs::resize_file(path, fs::file_size(path) / 2); }
 
+// One damage to a file, as the fuzz over re-signed checkpoints applies it.
+struct Mutation {
+  std::string kind;  // "bit flip", "random span", "zeroed span", "truncation"
+  size_t at = 0, length = 0;
+  std::string describe() const { return kind + " at " + std::to_string(at) + " (" + std::to_string(length) + " bytes)"; }
+};
+
+std::string mutated(std::string bytes, const Mutation& m, std::mt19937& rng) {
+  if (m.kind == "truncation") return bytes.substr(0, m.at);
+  for (size_t i = m.at; i < std::min(bytes.size(), m.at + m.length); ++i) {
+    if (m.kind == "bit flip") bytes[i] = char(bytes[i] ^ (1 << (rng() % 8)));
+    if (m.kind == "random span") bytes[i] = char(rng() % 256);
+    if (m.kind == "zeroed span") bytes[i] = 0;
+  }
+  return bytes;
+}
+
+// `per_kind` mutations of each kind for a file of `size` bytes. Half the offsets fall in the first or last 512
+// bytes, where a LibTorch archive keeps its pickle, its zip headers and its central directory; the rest anywhere
+// (mostly tensor data).
+std::vector<Mutation> mutations(size_t size, int per_kind, std::mt19937& rng) {
+  auto offset = [&](int i) {
+    const size_t edge = std::min<size_t>(512, size);
+    if (i % 2 == 1) return size_t(rng() % size);
+    return rng() % 2 ? size_t(rng() % edge) : size - 1 - size_t(rng() % edge);
+  };
+  std::vector<Mutation> out;
+  for (int i = 0; i < per_kind; ++i) {
+    out.push_back({"bit flip", offset(i), 1});
+    out.push_back({"random span", offset(i), 1 + rng() % 32});
+    out.push_back({"zeroed span", offset(i), 64});
+    out.push_back({"truncation", size_t(rng() % size), 0});
+  }
+  return out;
+}
+
 config::Config rig_config(const std::string& base, int64_t k, const std::string& grad_dtype) {
   config::Config c = tiny_config();
   c.base_output_directory = base;
@@ -143,6 +181,16 @@ TEST_CASE("a manifest round-trips, and one flipped byte in it is caught", "[chec
   }
   CHECK_THROWS_WITH(checkpoint::Manifest::parse(text.substr(0, text.size() / 2), "m.yml"),
                     Catch::Contains("'m.yml' is corrupt"));
+}
+
+TEST_CASE("printable keeps ASCII and UTF-8 and escapes every other byte, one by one", "[checkpoint][unit]") {
+  CHECK(util::printable("step-2/model.pt: 100 bytes") == "step-2/model.pt: 100 bytes");
+  CHECK(util::printable("caf\xc3\xa9 \xe2\x82\xac") == "caf\xc3\xa9 \xe2\x82\xac");  // é, €
+  CHECK(util::printable("a\x1b[2Jb\x07\r\n\t") == "a\\x1b[2Jb\\x07\\x0d\\x0a\\x09");
+  CHECK(util::printable("\xff\xfe\xc3") == "\\xff\\xfe\\xc3");               // not UTF-8; a cut sequence
+  CHECK(util::printable("\xc0\xaf \xed\xa0\x80") == "\\xc0\\xaf \\xed\\xa0\\x80");  // overlong; a surrogate
+  CHECK(util::printable("x\xe2\x80\xaey \xc2\x9b") == "x\\xe2\\x80\\xaey \\xc2\\x9b");  // RLO; C1 CSI
+  CHECK(util::printable(std::string("\0", 1)) == "\\x00");
 }
 
 TEST_CASE("save then restore into a fresh model: the next steps are bitwise equal", "[checkpoint]") {
@@ -248,6 +296,51 @@ TEST_CASE("a corrupt latest checkpoint is named and the previous one is used, an
   truncate_file(ckpt.step_dir(1) + "/model.pt");
   CHECK_THROWS_WITH(ckpt.restore(fresh.module(), fresh.step->optimizer()),
                     Catch::Contains(step3 + "/") && Catch::Contains("no earlier checkpoint is loadable"));
+}
+
+TEST_CASE("fuzz: a re-signed checkpoint with a damaged model.pt, optimizer.pt or rng.pt is refused naming the file",
+          "[checkpoint][fuzz]") {
+  // Accepted: CorruptCheckpointError (exit 2) naming the file, its message printable; or a load that succeeds,
+  // where the damage fell inside tensor data or left the archive readable (the manifest vouches for the bytes, so
+  // nothing can tell). A truncation, which cuts off the zip's central directory, must always be refused.
+  const std::string base = tp::fresh_dir("ckpt_fuzz");
+  const config::Config c = one_checkpoint(base);
+  const std::string pristine = checkpointer(c, base + "/r").step_dir(1), copy = base + "/r/checkpoints/step-1.orig";
+  fs::copy(pristine, copy);
+  config::Config strict = c;
+  strict.load_checkpoint_step = 1;
+  std::mt19937 rng(20261201);
+  const int per_kind = 2;  // of 4 kinds, for each of 3 files: 24 damages, 6 of them truncations
+  int refused = 0, loaded = 0, truncations_refused = 0;
+  for (const char* name : {"model.pt", "optimizer.pt", "rng.pt"}) {
+    const std::string original = tp::read_text(copy + "/" + name);
+    for (const Mutation& m : mutations(original.size(), per_kind, rng)) {
+      INFO(name << ": " << m.describe());
+      fs::remove_all(pristine);
+      fs::copy(copy, pristine);
+      std::ofstream(pristine + "/" + name, std::ios::binary | std::ios::trunc) << mutated(original, m, rng);
+      resign(pristine, name);
+      Rig fresh(c);
+      // restore() is called outside CHECK: CHECK would catch its exception itself (as a failed assertion) and
+      // carry on, so every refusal would be counted as a load.
+      try {
+        const int64_t step = checkpointer(strict, base + "/r").restore(fresh.module(), fresh.step->optimizer()).step;
+        CHECK(step == 1);
+        CHECK(m.kind != "truncation");
+        ++loaded;
+      } catch (const checkpoint::CorruptCheckpointError& e) {
+        INFO(e.what());
+        CHECK_THAT(e.what(), Catch::StartsWith("checkpoint file '" + pristine + "/" + name + "' is corrupt: "));
+        CHECK(terminal_safe(e.what()));
+        ++refused;
+        truncations_refused += m.kind == "truncation";
+      }
+    }
+  }
+  WARN("re-signed checkpoints: " << refused << " refused, " << loaded << " loaded");
+  CHECK(refused + loaded == 3 * 4 * per_kind);
+  CHECK(truncations_refused == 3 * per_kind);
+  fs::remove_all(base);
 }
 
 TEST_CASE("a changed model shape, vocab or optimizer names the key, allowed keys may change", "[checkpoint]") {

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include <torch/optim/adamw.h>
 #include <unistd.h>
 
+#include "CraftedCheckpoint.h"
 #include "RankThreads.h"
 #include "TinyConfig.h"
 #include "checkpoint/Checkpointer.h"
@@ -45,6 +48,29 @@ void require_equal(const checkpoint::FlatOptimizerState& a, const checkpoint::Fl
     REQUIRE(at::equal(a.fields[i].second, b.fields[i].second));
   }
 }
+
+// The tiny model for ZeRO-1 over ranks as threads: K=2 microbatches of 2, buckets small enough to split it.
+config::Config zero1_config() {
+  auto c = tiny_config();
+  c.per_device_batch_size = 2;
+  c.gradient_accumulation_steps = 2;
+  c.shard_optimizer_over_data = true;
+  c.grad_reduce_bucket_mb = 0.01;
+  return c;
+}
+
+// One rank's TrainStep on `comm`, with the data source it reads.
+struct RankStep {
+  std::unique_ptr<data::DataSource> source;
+  std::unique_ptr<train::TrainStep> step;
+  RankStep(distributed::Communicator& comm, const config::Config& c)
+      : source(data::make_source(data::DataOptions::from_config(c))) {
+    auto dp = std::make_shared<distributed::DataParallel>(share(comm), distributed::DataParallelOptions::from_config(c));
+    step = std::make_unique<train::TrainStep>(train::StepOptions::from_config(c),
+                                              model::Decoder(model::DecoderOptions::from_config(c)), *source,
+                                              c10::Device(c10::kCPU), dp);
+  }
+};
 
 } // namespace
 
@@ -91,22 +117,14 @@ TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N and a
   const std::string run_dir = scratch("zero");
   std::vector<checkpoint::FlatOptimizerState> slices(2);
   std::vector<int64_t> begins(2);
-  auto c = tiny_config();
-  c.per_device_batch_size = 2;
-  c.gradient_accumulation_steps = 2;
-  c.shard_optimizer_over_data = true;
-  c.grad_reduce_bucket_mb = 0.01;
+  const auto c = zero1_config();
   bool rank1_gives_up = false;
   auto train_and_save = [&](int64_t step_count) {
     return run_ranks(
         2,
         [&](distributed::Communicator& comm) {
-          auto dp = std::make_shared<distributed::DataParallel>(share(comm),
-                                                                distributed::DataParallelOptions::from_config(c));
-          auto source = data::make_source(data::DataOptions::from_config(c));
-          train::TrainStep step(train::StepOptions::from_config(c),
-                                model::Decoder(model::DecoderOptions::from_config(c)), *source,
-                                c10::Device(c10::kCPU), dp);
+          RankStep rank(comm, c);
+          train::TrainStep& step = *rank.step;
           for (int64_t s = 0; s < step_count; ++s) step.run(s);
           const auto topology = train::checkpoint_topology(step);
           checkpoint::Checkpointer checkpoints(checkpoint::CheckpointOptions::from_config(c), run_dir, topology);
@@ -198,4 +216,54 @@ TEST_CASE("a ZeRO-1 process keeps only the shard files that overlap its slice", 
   t.shard_begin = 3;  // slice [3, 6) spans both shards
   CHECK(checkpoint::needed_by(t, m, first));
   CHECK(checkpoint::needed_by(t, m, second));
+}
+
+TEST_CASE("ZeRO-1: a re-signed damaged shard only rank 1 reads gives every rank the same verdict", "[elastic][zero]") {
+  // Rank 0 never reads shard 1 (needed_by), so only rank 1 can find the damage: without a verdict agreed before
+  // loading, rank 0 would load step-2 and rank 1 fall back to step-1, or rank 1 exit 2 while rank 0 waited.
+  const std::string run_dir = scratch("verdict");
+  const auto c = zero1_config();
+  const std::string shard1 = run_dir + "/checkpoints/step-2/" + checkpoint::shard_file_name(1, 2);
+  std::vector<int64_t> restored(2, -1);
+  auto ranks = [&](bool write, const config::Config& cfg) {
+    return run_ranks(
+        2,
+        [&](distributed::Communicator& comm) {
+          RankStep rank(comm, cfg);
+          train::TrainStep& step = *rank.step;
+          checkpoint::Checkpointer checkpoints(checkpoint::CheckpointOptions::from_config(cfg), run_dir,
+                                               train::checkpoint_topology(step));
+          if (write)
+            for (int64_t s = 0; s < 2; ++s) {
+              step.run(s);
+              checkpoints.save({s + 1, 0, 0}, *step.model(), step.optimizer());
+            }
+          else
+            restored[comm.rank()] = checkpoints.restore(*step.model(), step.optimizer()).step;
+        },
+        /*timeout_s=*/20);
+  };
+  require_no_errors(ranks(true, c));
+  {
+    std::ifstream in(shard1, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    bytes.replace(0, 8, "\xff\xfe\x1b[2J\x07\x00", 8);  // the first zip header
+    std::ofstream(shard1, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  resign(run_dir + "/checkpoints/step-2", checkpoint::shard_file_name(1, 2));
+
+  SECTION("resuming: both ranks fall back to step-1") {
+    require_no_errors(ranks(false, c));
+    CHECK(restored == std::vector<int64_t>{1, 1});
+  }
+  SECTION("load_checkpoint_step=2: both ranks throw, naming the shard; rank 0 says rank 1 found it") {
+    auto explicit_step = c;
+    explicit_step.load_checkpoint_step = 2;
+    const auto errors = ranks(false, explicit_step);
+    INFO("rank 0: " << errors[0] << "\nrank 1: " << errors[1]);
+    CHECK_THAT(errors[1], Catch::StartsWith("checkpoint file '" + shard1 + "' is corrupt: "));
+    CHECK(errors[0] == "rank 1 found: " + errors[1]);
+    CHECK(restored == std::vector<int64_t>{-1, -1});
+  }
+  fs::remove_all(run_dir);
 }

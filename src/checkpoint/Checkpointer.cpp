@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <sstream>
 
@@ -20,6 +21,7 @@
 #include <torch/serialize/output-archive.h>
 #include <yaml-cpp/yaml.h>
 
+#include "checkpoint/Agreement.h"
 #include "checkpoint/Archive.h"
 #include "checkpoint/Crc32.h"
 #include "checkpoint/DurableFile.h"
@@ -27,6 +29,7 @@
 #include "config/Config.h"
 #include "config/ConfigSchema.h"
 #include "util/Hash.h"
+#include "util/Printable.h"
 
 namespace shadowgrad::checkpoint {
 namespace fs = std::filesystem;
@@ -93,7 +96,8 @@ void check_frozen_keys(const Manifest& m, const CheckpointOptions& options, cons
     if (it->second != value)
       throw InputError(fmt::format("checkpoint '{}' was written with {}={}, but the config has {}={}; {} cannot "
                                    "change on resume: use a new run_name, or give {}={} again",
-                                   dir, key, it->second, key, value, key, key, it->second));
+                                   dir, key, util::printable(it->second), key, value, key, key,
+                                   util::printable(it->second)));
   }
 }
 
@@ -116,37 +120,6 @@ void log_changed_keys(const Verified& v, const CheckpointOptions& options) {
   if (!changes.empty()) spdlog::info("resuming with changed keys: {}", fmt::join(changes, ", "));
 }
 
-void load_into(const Verified& v, torch::nn::Module& model, torch::optim::Optimizer& optimizer, const Topology& topology,
-               const std::string& dir) {
-  torch::NoGradGuard no_grad;
-  {
-    const std::string& bytes = v.files.at("model.pt");
-    torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size());
-    for (auto& p : model.named_parameters()) {
-      at::Tensor saved;
-      if (!archive.try_read(p.key(), saved))
-        throw InputError(fmt::format("checkpoint '{}/model.pt' has no parameter '{}'", dir, p.key()));
-      if (saved.sizes() != p.value().sizes() || saved.scalar_type() != p.value().scalar_type())
-        throw InputError(fmt::format("checkpoint '{}/model.pt': parameter '{}' is {}, the model has {}", dir, p.key(),
-                                     c10::str(saved.scalar_type(), saved.sizes()),
-                                     c10::str(p.value().scalar_type(), p.value().sizes())));
-      p.value().copy_(saved);
-    }
-  }
-  load_optimizer_state(v.files, v.manifest, optimizer, topology, dir);
-  {
-    const std::string& bytes = v.files.at("rng.pt");
-    torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size());
-    at::Tensor state;
-    archive.read("cpu_generator", state);
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(state);
-  }
-}
-
 // What restore() and load() both require of a verified step-N directory: its manifest says step N, and the
 // keys that fix the model's and optimizer's shapes match the config.
 void check_loadable(const Verified& v, int64_t step, const CheckpointOptions& options, const Topology& topology,
@@ -160,11 +133,125 @@ void check_loadable(const Verified& v, int64_t step, const CheckpointOptions& op
   log_new_layout(v.manifest, options.layout, topology);
 }
 
-TrainState load_and_report(const Verified& v, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                           const Topology& topology, const std::string& dir) {
-  load_into(v, model, optimizer, topology, dir);
-  spdlog::info("resumed from {} (step {}, {} skipped)", dir, v.manifest.state.step, v.manifest.state.skipped_steps);
-  return v.manifest.state;
+// What a load of a verified checkpoint reads before anything is changed: the parameters and the RNG state (both
+// checked against the model), while the optimizer already holds the checkpoint's state (load_optimizer_state).
+// Every way a file that passed its CRC can still be wrong is found here, on the process that reads it.
+struct Prepared {
+  Verified verified;
+  std::vector<at::Tensor> params;  // model.named_parameters() order
+  at::Tensor rng_state;
+};
+
+std::vector<at::Tensor> read_model(const std::string& bytes, const std::string& path, torch::nn::Module& model) {
+  std::vector<at::Tensor> out;
+  deserialize(bytes, path, [&](torch::serialize::InputArchive& archive) {
+    for (auto& p : model.named_parameters()) {
+      at::Tensor saved;
+      if (!archive.try_read(p.key(), saved))
+        throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: it has no parameter '{}'", path,
+                                                 p.key()));
+      if (saved.sizes() != p.value().sizes() || saved.scalar_type() != p.value().scalar_type())
+        throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: parameter '{}' is {}, the model "
+                                                 "has {}",
+                                                 path, p.key(), c10::str(saved.scalar_type(), saved.sizes()),
+                                                 c10::str(p.value().scalar_type(), p.value().sizes())));
+      out.push_back(saved);
+    }
+  });
+  return out;
+}
+
+at::Tensor read_rng(const std::string& bytes, const std::string& path) {
+  at::Tensor state;
+  deserialize(bytes, path, [&](torch::serialize::InputArchive& archive) {
+    archive.read("cpu_generator", state);
+    at::Generator scratch = at::make_generator<at::CPUGeneratorImpl>();
+    scratch.set_state(state);  // throws for a state of the wrong type or size, or an invalid mt19937 state
+  });
+  return state;
+}
+
+Prepared prepare(const std::string& dir, int64_t step, const CheckpointOptions& options, const Topology& topology,
+                 torch::nn::Module& model, torch::optim::Optimizer& optimizer, bool check_steps) {
+  Prepared p;
+  p.verified = verify(dir, topology);
+  const Verified& v = p.verified;
+  check_loadable(v, step, options, topology, dir);
+  if (check_steps && v.manifest.state.step > options.steps)
+    throw InputError(fmt::format("checkpoint '{}' is at step {}, past steps={}; raise steps or pick an earlier "
+                                 "load_checkpoint_step",
+                                 dir, v.manifest.state.step, options.steps));
+  torch::NoGradGuard no_grad;
+  p.params = read_model(v.files.at("model.pt"), dir + "/model.pt", model);
+  p.rng_state = read_rng(v.files.at("rng.pt"), dir + "/rng.pt");
+  load_optimizer_state(v.files, v.manifest, optimizer, topology, dir);
+  return p;
+}
+
+void put_in_place(const Prepared& p, torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  size_t i = 0;
+  for (auto& param : model.named_parameters()) param.value().copy_(p.params.at(i++));
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(p.rng_state);
+}
+
+// prepare() on every process, then their verdict, agreed: with several processes no rank loads, falls back or
+// gives up unless every rank does the same. Loads and returns the state when every rank could; otherwise returns
+// the agreed verdict (never kLoadable) and leaves the model and the RNG untouched.
+struct Attempt {
+  std::optional<TrainState> state;
+  Agreed agreed;
+  std::exception_ptr own;  // this process's error, when it is the one the verdict names
+};
+
+// `restoring`: restore() (the step must not be past options.steps, and rank 0 logs the keys that changed).
+Attempt attempt(const std::string& dir, int64_t step, const CheckpointOptions& options, const Topology& topology,
+                torch::nn::Module& model, torch::optim::Optimizer& optimizer, bool restoring) {
+  std::optional<Prepared> prepared;
+  Outcome mine;
+  std::exception_ptr own;
+  try {
+    prepared = prepare(dir, step, options, topology, model, optimizer, restoring);
+  } catch (const CorruptCheckpointError& e) {
+    mine = {Verdict::kCorrupt, e.what()};
+    own = std::current_exception();
+  } catch (const InputError& e) {
+    mine = {Verdict::kBadInput, util::printable(e.what())};
+    own = std::current_exception();
+  } catch (const c10::Error& e) {
+    mine = {Verdict::kFailed, util::printable(e.what_without_backtrace())};
+    own = std::current_exception();
+  } catch (const std::exception& e) {
+    mine = {Verdict::kFailed, util::printable(e.what())};
+    own = std::current_exception();
+  }
+  Attempt a;
+  a.agreed = agree(topology, mine);
+  if (a.agreed.verdict == Verdict::kLoadable) {
+    if (restoring && topology.rank == 0) log_changed_keys(prepared->verified, options);
+    put_in_place(*prepared, model);
+    spdlog::info("resumed from {} (step {}, {} skipped)", dir, prepared->verified.manifest.state.step,
+                 prepared->verified.manifest.state.skipped_steps);
+    a.state = prepared->verified.manifest.state;
+  } else if (a.agreed.rank == topology.rank) {
+    a.own = own;
+  } else {
+    a.agreed.message = fmt::format("rank {} found: {}", a.agreed.rank, a.agreed.message);
+  }
+  return a;
+}
+
+// Throws what the agreed verdict says: this process's own error when it found it, else the same kind of error
+// quoting the rank that did (exit 2 for a corrupt checkpoint or bad input on every rank, exit 1 for anything else).
+[[noreturn]] void give_up(const Attempt& a) {
+  if (a.own) std::rethrow_exception(a.own);
+  switch (a.agreed.verdict) {
+    case Verdict::kCorrupt: throw CorruptCheckpointError(a.agreed.message);
+    case Verdict::kBadInput: throw InputError(a.agreed.message);
+    default: throw std::runtime_error(a.agreed.message);
+  }
 }
 
 } // namespace
@@ -324,8 +411,9 @@ void Checkpointer::prune() const {
 
 TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   if (!options_.resume) return {};
-  remove_leftovers();
-  std::vector<int64_t> candidates = steps();
+  if (topology_.rank == 0) remove_leftovers();
+  // Rank 0's list, after its clean-up: every rank tries the same checkpoints in the same order.
+  std::vector<int64_t> candidates = from_rank0(topology_, topology_.rank == 0 ? steps() : std::vector<int64_t>{});
   if (options_.load_checkpoint_step > 0) {
     if (std::find(candidates.begin(), candidates.end(), options_.load_checkpoint_step) == candidates.end())
       throw InputError(fmt::format("load_checkpoint_step={}: there is no checkpoint '{}'{}",
@@ -338,22 +426,11 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
   std::string first_error;
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
     const std::string dir = step_dir(*it);
-    Verified v;
-    try {
-      v = verify(dir, topology_);
-    } catch (const CorruptCheckpointError& e) {
-      if (options_.load_checkpoint_step > 0) throw;
-      if (first_error.empty()) first_error = e.what();
-      spdlog::warn("{}; falling back to the previous checkpoint", e.what());
-      continue;
-    }
-    check_loadable(v, *it, options_, topology_, dir);
-    if (v.manifest.state.step > options_.steps)
-      throw InputError(fmt::format("checkpoint '{}' is at step {}, past steps={}; raise steps or pick an earlier "
-                                   "load_checkpoint_step",
-                                   dir, v.manifest.state.step, options_.steps));
-    log_changed_keys(v, options_);
-    return load_and_report(v, model, optimizer, topology_, dir);
+    const Attempt a = attempt(dir, *it, options_, topology_, model, optimizer, /*restoring=*/true);
+    if (a.state) return *a.state;
+    if (a.agreed.verdict != Verdict::kCorrupt || options_.load_checkpoint_step > 0) give_up(a);
+    if (first_error.empty()) first_error = a.agreed.message;
+    spdlog::warn("{}; falling back to the previous checkpoint", a.agreed.message);
   }
   if (!first_error.empty())
     throw CorruptCheckpointError(first_error + "; no earlier checkpoint is loadable (remove the run directory to "
@@ -362,10 +439,9 @@ TrainState Checkpointer::restore(torch::nn::Module& model, torch::optim::Optimiz
 }
 
 TrainState Checkpointer::load(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
-  const std::string dir = step_dir(step);
-  Verified v = verify(dir, topology_);
-  check_loadable(v, step, options_, topology_, dir);
-  return load_and_report(v, model, optimizer, topology_, dir);
+  const Attempt a = attempt(step_dir(step), step, options_, topology_, model, optimizer, /*restoring=*/false);
+  if (!a.state) give_up(a);
+  return *a.state;
 }
 
 } // namespace shadowgrad::checkpoint

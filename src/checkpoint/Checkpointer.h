@@ -12,7 +12,7 @@
 // fsync'ed, and only then is it renamed to step-N. A crash at any point leaves the earlier checkpoints
 // complete; a left-over .tmp directory is ignored and removed on the next start.
 //
-// With several processes every rank makes a Checkpointer with the run's Topology and calls save() and load()
+// With several processes every rank makes a Checkpointer with the run's Topology and calls save() and restore()
 // together; rank 0 writes everything but, with ZeRO-1, each rank's optimizer shard (see OptimizerShards.h).
 // A checkpoint loads into another process count as long as the global batch is the same.
 #include <cstdint>
@@ -54,12 +54,17 @@ class Checkpointer {
   // Loads the checkpoint the config asks for into `model` and `optimizer`, and the RNG state:
   // load_checkpoint_step if set, else the latest loadable one. A corrupt latest checkpoint is reported
   // with a warning naming the file and the previous one is used; with load_checkpoint_step, or when no
-  // checkpoint is loadable, it throws CorruptCheckpointError. A frozen key (model shape, vocab, ...)
-  // that differs throws InputError naming the key. Returns a zero state when there is none or
-  // resume=false.
+  // checkpoint is loadable, it throws CorruptCheckpointError. Corrupt covers a file that passes its CRC and still
+  // cannot be read (a crafted or re-signed checkpoint): LibTorch's errors on it never escape as they are. A frozen
+  // key (model shape, vocab, ...) that differs throws InputError naming the key. Returns a zero state when there is
+  // none or resume=false.
+  //
+  // Collective with several processes: every rank calls it, tries the same checkpoints (rank 0's list, after its
+  // clean-up) and reads what it needs of each; then all agree on a verdict (checkpoint/Agreement.h) before any
+  // loads, falls back or throws. So every rank loads the same step, or every rank throws the same kind of error:
+  // the rank that found the problem its own, the others "rank R found: <its message>".
   TrainState restore(torch::nn::Module& model, torch::optim::Optimizer& optimizer);
-  // Loads checkpoint step-<step> exactly, with no clean-up and no fallback: how the other processes of a
-  // multi-process run follow the checkpoint rank 0's restore() chose. Throws as restore() does.
+  // Loads checkpoint step-<step> exactly, with no clean-up and no fallback. Collective and throwing as restore().
   TrainState load(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer);
 
   // Steps of the step-N directories, ascending (complete or not; restore() verifies).

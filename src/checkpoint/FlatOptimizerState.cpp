@@ -13,6 +13,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include "checkpoint/Archive.h"
 #include "checkpoint/Manifest.h"
 #include "util/OptimizerStateKey.h"
 
@@ -153,28 +154,56 @@ void write_flat_state(torch::serialize::OutputArchive& archive, const FlatOptimi
 }
 
 FlatOptimizerState read_flat_state(const std::string& bytes, const std::string& file, int64_t* total) {
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
-  auto read_int = [&](const char* key) {
-    c10::IValue v;
-    if (!archive.try_read(key, v) || !v.isInt())
-      throw CorruptCheckpointError(fmt::format("optimizer shard '{}' has no '{}'", file, key));
-    return v.toInt();
-  };
   FlatOptimizerState s;
-  s.begin = read_int("begin");
-  s.count = read_int("count");
-  *total = read_int("total");
-  s.step = read_int("step");
-  for (const char* name : kFieldNames) {
-    at::Tensor t;
-    if (!archive.try_read(std::string("field.") + name, t)) continue;
-    if (t.dim() != 1 || t.numel() != s.count)
-      throw CorruptCheckpointError(fmt::format("optimizer shard '{}': field {} has {} elements, expected {}", file,
-                                               name, t.numel(), s.count));
-    s.fields.emplace_back(name, t);
-  }
+  deserialize(bytes, file, [&](torch::serialize::InputArchive& archive) {
+    auto read_int = [&](const char* key) {
+      c10::IValue v;
+      if (!archive.try_read(key, v) || !v.isInt())
+        throw CorruptCheckpointError(fmt::format("optimizer shard '{}' has no '{}'", file, key));
+      return v.toInt();
+    };
+    s.begin = read_int("begin");
+    s.count = read_int("count");
+    *total = read_int("total");
+    s.step = read_int("step");
+    if (s.begin < 0 || s.count < 0 || s.step < 0 || *total < 0 || s.begin > *total - s.count)
+      throw CorruptCheckpointError(fmt::format("optimizer shard '{}' holds elements [{}, {}) of {} at update {}", file,
+                                               s.begin, s.begin + s.count, *total, s.step));
+    for (const char* name : kFieldNames) {
+      at::Tensor t;
+      if (!archive.try_read(std::string("field.") + name, t)) continue;
+      if (t.dim() != 1 || t.numel() != s.count || !t.is_floating_point())
+        throw CorruptCheckpointError(fmt::format("optimizer shard '{}': field {} is {}, expected {} floating-point "
+                                                 "elements",
+                                                 file, name, c10::str(t.scalar_type(), t.sizes()), s.count));
+      s.fields.emplace_back(name, t);
+    }
+  });
   return s;
+}
+
+void check_state_shapes(torch::optim::Optimizer& optimizer, const std::string& file) {
+  const StateOps* ops = nullptr;
+  try {
+    ops = &ops_for(optimizer);
+  } catch (const std::invalid_argument&) {
+    return;  // a kind whose fields we do not know: LibTorch's own load() is all there is
+  }
+  for (const auto& group : optimizer.param_groups())
+    for (const auto& p : group.params()) {
+      auto it = optimizer.state().find(util::optimizer_state_key(p));
+      if (it == optimizer.state().end()) continue;
+      if (ops->step(*it->second) < 0)
+        throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: an update count of {}", file,
+                                                 ops->step(*it->second)));
+      for (const char* name : kFieldNames) {
+        const at::Tensor t = ops->field(*it->second, name);
+        if (t.defined() && (t.sizes() != p.sizes() || !t.is_floating_point()))
+          throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: optimizer field {} is {} for a "
+                                                   "parameter of {}",
+                                                   file, name, c10::str(t.scalar_type(), t.sizes()), c10::str(p.sizes())));
+      }
+    }
 }
 
 } // namespace shadowgrad::checkpoint

@@ -43,8 +43,12 @@ void unflatten_into(torch::optim::Optimizer& optimizer, int64_t at, const FlatOp
 
 // The archive form of one slice (an optimizer-shard file), with the length `total` of the whole flat vector.
 void write_flat_state(torch::serialize::OutputArchive& archive, const FlatOptimizerState& state, int64_t total);
-// Reads what write_flat_state wrote; sets *total. Throws CorruptCheckpointError naming `file` when a field is
-// missing or has the wrong length.
+// Reads what write_flat_state wrote; sets *total. Throws CorruptCheckpointError naming `file` when the archive cannot
+// be read, or a field is missing, out of range or has the wrong length.
 FlatOptimizerState read_flat_state(const std::string& bytes, const std::string& file, int64_t* total);
+// After optimizer.load() of checkpoint file `file`: throws CorruptCheckpointError naming it when a state field of
+// Adam, AdamW or SGD does not have its parameter's shape, or is not floating point, or an update count is negative
+// (a step would otherwise read past the moments). Other optimizer kinds are not checked.
+void check_state_shapes(torch::optim::Optimizer& optimizer, const std::string& file);
 
 } // namespace shadowgrad::checkpoint

@@ -1,5 +1,6 @@
 #include "checkpoint/Manifest.h"
 
+#include <cctype>
 #include <cstring>
 #include <stdexcept>
 
@@ -33,6 +34,14 @@ double double_from_bits(const std::string& hex) {
   double x;
   std::memcpy(&x, &b, sizeof x);
   return x;
+}
+
+// A file name inside the checkpoint directory: letters, digits, '.', '_', '-', not starting with '.'.
+bool plain_file_name(const std::string& name) {
+  if (name.empty() || name[0] == '.' || name.size() > 255) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+  return true;
 }
 
 } // namespace
@@ -116,6 +125,11 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
                          kv.second["crc32"].as<std::string>()});
   } catch (const YAML::Exception& e) {
     throw corrupt(e.what());
+  }
+  for (const auto& f : m.files) {
+    if (!plain_file_name(f.name))
+      throw corrupt(fmt::format("it lists a file named '{}', which is not a plain file name", f.name));
+    if (f.bytes < 0) throw corrupt(fmt::format("it gives {} a size of {} bytes", f.name, f.bytes));
   }
   return m;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "util/Errors.h"
+#include "util/Printable.h"
 
 namespace shadowgrad::checkpoint {
 
@@ -64,14 +65,17 @@ struct Manifest {
   int64_t optimizer_shards = 0;
 
   std::string to_text() const;
-  // Throws CorruptCheckpointError naming `path` when the checksum line, the YAML or a field is wrong.
+  // Throws CorruptCheckpointError naming `path` when the checksum line, the YAML or a field is wrong, or when a file
+  // it lists is not a plain name in the checkpoint's directory (e.g. "../x").
   static Manifest parse(const std::string& text, const std::string& path);
 };
 
-// A checkpoint file that is missing, truncated, or fails its checksum. Names the file.
+// A checkpoint file that is missing, truncated, fails its checksum, or passes it and still cannot be read (a crafted
+// or re-signed file). Names the file and what was wrong. The message may quote the file (LibTorch's reason, a
+// manifest's key): it is kept printable (util/Printable.h), so no raw byte of a file reaches the terminal.
 class CorruptCheckpointError : public InputError {
  public:
-  using InputError::InputError;
+  explicit CorruptCheckpointError(const std::string& what) : InputError(util::printable(what)) {}
 };
 
 } // namespace shadowgrad::checkpoint

@@ -7,7 +7,6 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/optim/optimizer.h>
-#include <torch/serialize/input-archive.h>
 
 #include "checkpoint/Archive.h"
 #include "checkpoint/Crc32.h"
@@ -37,7 +36,7 @@ FlatOptimizerState gather_from_shards(const std::map<std::string, std::string>& 
     int64_t shard_total = 0;
     const FlatOptimizerState s = read_flat_state(files.at(name), path, &shard_total);
     if (shard_total != total)
-      throw InputError(fmt::format("optimizer shard '{}' holds the state of {} parameters, the model has {}", path,
+      throw CorruptCheckpointError(fmt::format("optimizer shard '{}' holds the state of {} parameters, the model has {}", path,
                                    shard_total, total));
     if (!first && s.step != out.step)
       throw CorruptCheckpointError(fmt::format("optimizer shard '{}' is at update {}, the others at {}", path, s.step,
@@ -136,20 +135,27 @@ void cancel_shards(const std::string& tmp_dir, torch::optim::Optimizer& optimize
 void load_optimizer_state(const std::map<std::string, std::string>& files, const Manifest& manifest,
                           torch::optim::Optimizer& optimizer, const Topology& topology, const std::string& dir) {
   const int64_t total = total_elements(topology.params);
+  optimizer.state().clear();  // replaced, not merged: nothing is left over from a checkpoint that failed to load
   if (manifest.optimizer_shards <= 0) {
-    const std::string& bytes = files.at("optimizer.pt");
-    torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size());
+    const std::string path = dir + "/optimizer.pt";
     if (!topology.sharded) {
-      optimizer.load(archive);
+      deserialize(files.at("optimizer.pt"), path, [&](auto& archive) { optimizer.load(archive); });
+      check_state_shapes(optimizer, path);
       return;
     }
     // The whole state exists on this process only for the duration of the load.
     std::vector<at::Tensor> shapes;
     for (const auto& p : topology.params) shapes.push_back(at::zeros_like(p));
     auto whole = topology.make_whole_optimizer(shapes);
-    whole->load(archive);
-    unflatten_into(optimizer, 0, flatten(*whole, topology.shard_begin, topology.shard_owned));
+    deserialize(files.at("optimizer.pt"), path, [&](auto& archive) { whole->load(archive); });
+    check_state_shapes(*whole, path);
+    FlatOptimizerState slice;
+    try {
+      slice = flatten(*whole, topology.shard_begin, topology.shard_owned);
+    } catch (const std::invalid_argument& e) {  // e.g. parameters at different update counts
+      throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: {}", path, e.what()));
+    }
+    unflatten_into(optimizer, 0, slice);
     return;
   }
   if (!topology.sharded && flat_size(optimizer) != total)

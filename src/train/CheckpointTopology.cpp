@@ -1,9 +1,8 @@
 #include "train/CheckpointTopology.h"
 
-#include <cstring>
-
 #include <torch/optim/optimizer.h>
 
+#include "checkpoint/Agreement.h"
 #include "distributed/DataParallel.h"
 #include "distributed/ShardedOptimizer.h"
 #include "train/OptimizerFactory.h"
@@ -32,16 +31,7 @@ checkpoint::Topology checkpoint_topology(TrainStep& step) {
 }
 
 std::string shared_run_dir(const checkpoint::Topology& topology, const std::string& rank0_dir) {
-  if (topology.world_size == 1) return rank0_dir;
-  const bool root = topology.rank == 0;
-  const int64_t length = topology.exchange({root ? int64_t(rank0_dir.size()) : 0}).at(0);
-  if (length == 0) return "";
-  std::vector<int64_t> words((length + 7) / 8, 0);  // the text, 8 bytes to an int64
-  if (root) std::memcpy(words.data(), rank0_dir.data(), rank0_dir.size());
-  const std::vector<int64_t> all = topology.exchange(words);  // rank 0's words come first
-  std::string out(length, '\0');
-  std::memcpy(out.data(), all.data(), length);
-  return out;
+  return checkpoint::gather_texts(topology, topology.rank == 0 ? rank0_dir : "").at(0);
 }
 
 } // namespace shadowgrad::train

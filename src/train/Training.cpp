@@ -75,14 +75,13 @@ std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c1
   return distributed::DataParallel::from_environment(distributed::DataParallelOptions::from_config(cfg), device);
 }
 
-// Rank 0 takes the run directory's lock (before anything looks at an existing directory), creates or reopens it
-// and restores the latest checkpoint; the other processes load the checkpoint rank 0 chose, resharded to this
-// run's process count and ZeRO-1 slices (checkpoint/OptimizerShards.h).
+// Rank 0 takes the run directory's lock (before anything looks at an existing directory) and creates or reopens it;
+// then every process restores the same checkpoint, resharded to this run's process count and ZeRO-1 slices
+// (checkpoint/OptimizerShards.h), or every process gives up with the same error (Checkpointer::restore).
 StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, model::Decoder& model,
                     torch::optim::Optimizer& optimizer, const checkpoint::Topology& topology) {
   StartPoint start;
   const int rank = dp ? dp->rank() : 0;
-  const auto options = checkpoint::CheckpointOptions::from_config(cfg);
   if (rank == 0) {
     if (!cfg.run_name.empty()) start.lock = RunLock::acquire_if_present(checkpoint::run_dir_of(cfg));
     start.dir.emplace(RunDirectory::create(cfg, checkpoint::can_resume(cfg), config::to_yaml(cfg)));
@@ -91,19 +90,12 @@ StartPoint open_run(const config::Config& cfg, distributed::DataParallel* dp, mo
                    "again from step 0",
                    start.dir->path());
     if (!start.lock) start.lock.emplace(RunLock::acquire(start.dir->path()));
-    start.checkpoints.emplace(options, start.dir->path(), topology);
-    start.state = start.checkpoints->restore(*model, optimizer);
-    start.earlier = checkpoint::truncate_metrics(start.dir->file("metrics.jsonl"), start.state.step);
   }
-  if (dp) {
-    // The collectives are also the barrier: rank 0 has chosen the checkpoint and finished cleaning up before anyone
-    // reads.
-    const std::string run_dir = shared_run_dir(topology, start.dir ? start.dir->path() : "");
-    const auto resumed = static_cast<int64_t>(dp->global_sum(rank == 0 ? double(start.state.step) : 0.0));
-    if (rank != 0) start.checkpoints.emplace(options, run_dir, topology);
-    if (rank != 0 && resumed > 0) start.state = start.checkpoints->load(resumed, *model, optimizer);
-    if (resumed > 0) dp->verify_same_start(model->parameters());
-  }
+  const std::string run_dir = shared_run_dir(topology, start.dir ? start.dir->path() : "");
+  start.checkpoints.emplace(checkpoint::CheckpointOptions::from_config(cfg), run_dir, topology);
+  start.state = start.checkpoints->restore(*model, optimizer);
+  if (rank == 0) start.earlier = checkpoint::truncate_metrics(start.dir->file("metrics.jsonl"), start.state.step);
+  if (dp && start.state.step > 0) dp->verify_same_start(model->parameters());
   return start;
 }
 
