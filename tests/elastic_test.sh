@@ -159,20 +159,25 @@ grep -q 'resumed from .*step-3' "$log" || fail "did not fall back to step-3"
 parity zero_trunc zero_straight "ZeRO-1 after falling back from a truncated shard to step-3"
 
 echo "== one writer per run directory"
-"$TRAINER" "${tiny[@]}" run_name=locked steps=400 >"$tmp/locked.first.log" 2>&1 &
+# 4000 steps (a few seconds each 1000 here): the first must still be running when the second has loaded LibTorch,
+# which takes seconds under load with the CUDA wheel
+saved_tiny=("${tiny[@]}")
+tiny=("${tiny[@]/#checkpoint_period=3/checkpoint_period=1000}")
+"$TRAINER" "${tiny[@]}" run_name=locked steps=4000 >"$tmp/locked.first.log" 2>&1 &
 first=$!
 started+=($first)
 for _ in $(seq 600); do [[ -s $runs/locked/metrics.jsonl ]] && break; sleep 0.1; done
 [[ -s $runs/locked/metrics.jsonl ]] || fail "the first trainer never started training"
-train locked 1 400
+train locked 1 4000
 echo "second trainer: exit $rc: $(grep 'error' "$log")"
 ((rc == 2)) || { cat "$log" >&2; fail "a second trainer on a live run directory exited $rc, expected 2"; }
 grep -q "error: run directory '$runs/locked' is in use by another trainer (pid $first on host $(hostname))" "$log" ||
   fail "the message does not name the directory, the holder's pid $first and host"
 kill -0 "$first" 2>/dev/null || fail "the first trainer did not survive the second"
 wait "$first" || fail "the first trainer exited non-zero"
-[[ $(grep -c '"step"' "$runs/locked/metrics.jsonl") == 400 ]] ||
-  fail "the first run's metrics.jsonl has $(grep -c '"step"' "$runs/locked/metrics.jsonl") rows, not 400"
+[[ $(grep -c '"step"' "$runs/locked/metrics.jsonl") == 4000 ]] ||
+  fail "the first run's metrics.jsonl has $(grep -c '"step"' "$runs/locked/metrics.jsonl") rows, not 4000"
+tiny=("${saved_tiny[@]}")
 
 echo "== kill -9 of the holder: the same command resumes"
 "$TRAINER" "${tiny[@]}" run_name=killed steps=60 >"$tmp/killed.first.log" 2>&1 &

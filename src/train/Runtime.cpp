@@ -40,11 +40,12 @@ c10::Device resolve_device(config::Hardware hardware) {
   return c10::Device(c10::kCPU);
 }
 
-void require_device_support(config::GradRounding rounding, config::FloatDtype adam_state_dtype, c10::Device device) {
-  if (adam_state_dtype == config::FloatDtype::bfloat16 && !device.is_cpu())
+void require_device_support(config::GradRounding rounding, config::FloatDtype adam_state_dtype, config::Hardware hardware) {
+  const bool cuda = hardware == config::Hardware::cuda;
+  if (adam_state_dtype == config::FloatDtype::bfloat16 && cuda)
     throw InputError("adam_state_dtype=bfloat16 needs hardware=cpu: the fused AdamW with bf16 moments is a CPU kernel; "
                      "use adam_state_dtype=float32 on CUDA (torch's AdamW steps there)");
-  if (rounding == config::GradRounding::stochastic && device.is_cuda() && !accumulate::cuda_fold_built())
+  if (rounding == config::GradRounding::stochastic && cuda && !accumulate::cuda_fold_built())
     throw InputError("grad_accum_rounding=stochastic with hardware=cuda needs the CUDA fold kernel, which this build "
                      "lacks (no nvcc when it was configured); rebuild with nvcc on PATH, or use "
                      "grad_accum_rounding=nearest");

@@ -19,7 +19,7 @@ c10::Device resolve_device(config::Hardware hardware);
 // Throws InputError (exit 2) at start-up for what cannot run on `device` in this build, instead of failing at the
 // first step: stochastic rounding of CUDA shadows needs the CUDA fold kernel (nvcc at build time); bf16 Adam moments
 // are a CPU kernel's (src/optim).
-void require_device_support(config::GradRounding rounding, config::FloatDtype adam_state_dtype, c10::Device device);
+void require_device_support(config::GradRounding rounding, config::FloatDtype adam_state_dtype, config::Hardware hardware);
 
 // Whether /proc/cpuinfo lists avx512_bf16. Without it, bf16 matmul on CPU is far slower than fp32.
 bool cpu_has_avx512_bf16();

@@ -42,7 +42,9 @@ namespace shadowgrad::train {
 
 Training::Training(config::Config cfg)
     : cfg_(std::move(cfg)),
-      device_(resolve_device(cfg_.hardware)),
+      // What this build cannot run is refused before the device is looked for (exit 2 either way).
+      device_((require_device_support(cfg_.grad_accum_rounding, cfg_.adam_state_dtype, cfg_.hardware),
+               resolve_device(cfg_.hardware))),
       source_(data::make_source(data::DataOptions::from_config(cfg_))),
       // With per_device_batch_size=auto the eval batch may follow the microbatch: built in run(), once it is known.
       evaluator_(cfg_.per_device_batch_size == config::kAuto
@@ -50,7 +52,6 @@ Training::Training(config::Config cfg)
                      : std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
   // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
   if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
-  require_device_support(cfg_.grad_accum_rounding, cfg_.adam_state_dtype, device_);
 }
 
 Training::~Training() = default;
