@@ -1,6 +1,7 @@
 #include "accumulate/ShadowAccumulator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -131,6 +132,8 @@ ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10:
     : state_(std::make_shared<ShadowState>()) {
   auto& s = *state_;
   s.grad_dtype = grad_dtype;
+  static std::atomic<uint64_t> serials{0};
+  s.serial = ++serials;
   for (const auto& p : params) {
     if (!p.requires_grad()) continue;
     if (!p.is_leaf()) throw std::invalid_argument("ShadowAccumulator: parameters must be leaf tensors");
@@ -300,6 +303,7 @@ std::vector<at::Tensor>& ShadowAccumulator::mutable_shadows() {
   return state_->shadows;
 }
 c10::ScalarType ShadowAccumulator::grad_dtype() const { return state_->grad_dtype; }
+uint64_t ShadowAccumulator::serial() const { return state_->serial; }
 int64_t ShadowAccumulator::folds() const { return state_->folds; }
 double ShadowAccumulator::fold_seconds() const { return state_->fold_seconds; }
 

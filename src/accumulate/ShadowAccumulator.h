@@ -107,6 +107,8 @@ class ShadowAccumulator {
   // The shadow tree, to modify in place between end() and step(): e.g. a data-parallel all-reduce.
   std::vector<at::Tensor>& mutable_shadows();
   c10::ScalarType grad_dtype() const;
+  // A number unique to this accumulator within the process (1, 2, ...): an identity that outlives address reuse.
+  uint64_t serial() const;
   // Bytes held by the shadow tree.
   int64_t bytes() const;
   // How many gradients were folded in the current or last window (one per parameter per microbatch).

@@ -26,6 +26,7 @@ struct ShadowState {
   std::vector<util::NodePtr> grad_nodes;
   std::vector<uintptr_t> hook_keys;
   c10::ScalarType grad_dtype = c10::kFloat;
+  uint64_t serial = 0;  // ShadowAccumulator::serial
   // stale[i]: shadows[i] holds a finished step's values and counts as zero. The next fold overwrites it
   // (copy, not add): the zeroing pass after each optimizer step and the first fold's read of those zeros are
   // saved. settle() zeroes the ones no fold reached, before anything reads the tree.

@@ -61,10 +61,9 @@ double DataParallel::global_sum(double local) {
 
 void DataParallel::before_backward(accumulate::ShadowAccumulator& acc, bool last) {
   if (!overlap_enabled_) return;
-  if (!overlap_ || overlap_for_ != &acc) {
-    overlap_.reset();  // its observer leaves the old accumulator first
+  if (!overlap_ || !overlap_->serves(acc)) {
+    overlap_.reset();
     overlap_ = std::make_unique<OverlappedReduce>(*comm_, acc, bucket_bytes_);
-    overlap_for_ = &acc;
   }
   overlap_->before_backward(last);
 }
@@ -74,7 +73,7 @@ int64_t DataParallel::buckets_started_early() const { return overlap_ ? overlap_
 void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc, const at::Tensor& rider) {
   at::NoGradGuard no_grad;
   folds_at_last_reduce_ = acc.folds();
-  const bool overlapped = overlap_ && overlap_for_ == &acc;
+  const bool overlapped = overlap_ && overlap_->serves(acc);
   const int64_t buckets = overlapped ? overlap_->finish()
                                      : all_reduce_sum_bucketed(*comm_, acc.mutable_shadows(), bucket_bytes_);
   if (rider.defined() && rider.numel() > 0) {

@@ -76,7 +76,6 @@ class DataParallel {
   int64_t folds_at_last_reduce_ = -1;
   bool overlap_enabled_;
   std::unique_ptr<OverlappedReduce> overlap_;
-  const accumulate::ShadowAccumulator* overlap_for_ = nullptr;
   bool logged_buckets_ = false;
 };
 

@@ -13,7 +13,7 @@ namespace shadowgrad::distributed {
 
 OverlappedReduce::OverlappedReduce(Communicator& comm, accumulate::ShadowAccumulator& acc, int64_t bucket_bytes,
                                    int in_flight)
-    : comm_(comm), acc_(acc), flat_(acc.shadows()), in_flight_(std::max(1, in_flight)) {
+    : comm_(comm), acc_(acc), serial_(acc.serial()), flat_(acc.shadows()), in_flight_(std::max(1, in_flight)) {
   const int64_t total = flat_.numel();
   const int64_t per = std::max<int64_t>(1, std::min(total, bucket_elements(bucket_bytes)));
   // all_reduce_sum_bucketed's buckets, exactly: what makes the two reductions give the same bits.
@@ -44,6 +44,10 @@ OverlappedReduce::OverlappedReduce(Communicator& comm, accumulate::ShadowAccumul
 }
 
 OverlappedReduce::~OverlappedReduce() = default;
+
+bool OverlappedReduce::serves(const accumulate::ShadowAccumulator& acc) const {
+  return acc.serial() == serial_;
+}
 
 void OverlappedReduce::before_backward(bool last) {
   if (counting_)

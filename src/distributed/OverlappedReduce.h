@@ -49,6 +49,9 @@ class OverlappedReduce {
   // Buckets started during the last backward in the last step (the overlap actually achieved).
   int64_t started_early() const { return started_early_; }
   int64_t buckets() const { return int64_t(bucket_begin_.size()); }
+  // Whether `acc` is the accumulator this was built for (by its serial number: a new accumulator at a dead one's
+  // address is not mistaken for it). Reads nothing of the shadow tree.
+  bool serves(const accumulate::ShadowAccumulator& acc) const;
 
  private:
   struct InFlight {
@@ -63,6 +66,7 @@ class OverlappedReduce {
 
   Communicator& comm_;
   accumulate::ShadowAccumulator& acc_;
+  uint64_t serial_;
   FlatView flat_;
   int in_flight_;
   std::vector<int64_t> bucket_begin_, bucket_len_;
