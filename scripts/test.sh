@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs missing packages, builds everything, and runs the whole suite through ctest: Catch2, the Python
 # unittests (ctest python) and the installed package with its out-of-tree example (ctest package).
-# Cost: ~7.5 min from scratch on 2 cores (apt ~40 s, build ~3.5 min, tests ~3.5 min); CI runs exactly this.
+# Cost: ~19 min from scratch on 2 cores (venv ~1.5 min, build ~7 min, tests ~9 min; docs/setup.md); CI runs exactly this.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"
