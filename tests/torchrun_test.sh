@@ -15,7 +15,8 @@
 # torch's fixed 15 s before the rendezvous drops a dead node: 3 min on this machine's 2 cores shared with other jobs
 # (load average 17-20). ctest label "slow".
 #
-# Usage: tests/torchrun_test.sh TRAINER COMPARE_RUNS      (TORCHRUN overrides .venv/bin/torchrun)
+# Usage: tests/torchrun_test.sh TRAINER COMPARE_RUNS      (TORCHRUN overrides .venv/bin/torchrun; TORCHRUN_CASES,
+#   default "pair restarts shrink grow", picks the cases)
 # Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed); 77 skipped (no torchrun).
 set -uo pipefail
 
@@ -55,107 +56,118 @@ wait_for_step() {
 elastic_agent() {
   local var=$1 id=$2 host=$3 name=$4
   shift 4
-  # host "": torchrun decides (the agent that binds the endpoint first hosts it). torch 2.14's grow round hangs in
-  # its own role_info/MASTER_ADDR exchange when the agents were given is_host (seen with a plain Python worker too).
+  # host "": torchrun decides (the agent that binds the endpoint first hosts it).
   local conf=()
   [[ -n $host ]] && conf=(--rdzv_conf "is_host=$host,last_call_timeout=2")
-  "$torchrun" --nnodes 1:2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "$id" --max_restarts 3 \
+  # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as docs/distributed.md tells elastic users: with the shared store, an
+  # agent joining a later round waits for a MASTER_ADDR that rank 0, holding its first round's, never writes again.
+  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "$torchrun" --nnodes 1:2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "$id" --max_restarts 3 \
     "${conf[@]}" "${agent_flags[@]}" --no_python \
     "$TRAINER" "${tiny[@]}" "$@" run_name="$name" >"$tmp/$var.log" 2>&1 &
   started+=($!)
   printf -v "$var" %s "$!"
 }
 
-echo "== torchrun, 2 processes on one node: bitwise the losses of 2 ranks started by hand; 1 process within 1e-5"
-"$TRAINER" "${tiny[@]}" "${gbs[@]}" steps=6 run_name=p1 >"$tmp/p1.log" 2>&1 || { cat "$tmp/p1.log"; fail "p1 failed"; }
-port=$(free_port)
-for r in 0 1; do
-  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" "${gbs[@]}" \
-    steps=6 run_name=by_hand >"$tmp/by_hand.$r.log" 2>&1 &
-  started+=($!)
+case_pair() {
+  echo "== torchrun, 2 processes on one node: bitwise the losses of 2 ranks started by hand; 1 process within 1e-5"
+  "$TRAINER" "${tiny[@]}" "${gbs[@]}" steps=6 run_name=p1 >"$tmp/p1.log" 2>&1 || { cat "$tmp/p1.log"; fail "p1 failed"; }
+  port=$(free_port)
+  for r in 0 1; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" "${gbs[@]}" \
+      steps=6 run_name=by_hand >"$tmp/by_hand.$r.log" 2>&1 &
+    started+=($!)
+  done
+  wait "${started[@]}" || fail "the hand-started ranks failed: $(cat "$tmp"/by_hand.*.log)"
+  "$torchrun" --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$(free_port)" \
+    --rdzv_id standalone --monitor_interval 0.5 --redirects 1 --tee 1 --no_python \
+    "$TRAINER" "${tiny[@]}" "${gbs[@]}" steps=6 run_name=torchrun2 >"$tmp/torchrun2.log" 2>&1 ||
+    { cat "$tmp/torchrun2.log"; fail "torchrun with 2 processes failed"; }
+  grep -q 'K=2 x 2 sequences x 16 tokens x 2 processes = global batch 8' "$tmp/torchrun2.log" ||
+    fail "torchrun's rank 0 did not derive K=2"
+  parity torchrun2 by_hand 0 "torchrun 2x2 against 2 ranks by hand (bitwise)"
+  "$compare" "$runs/torchrun2" "$runs/by_hand" --metric loss --rtol 0 --atol 0 >/dev/null || fail "not bitwise"
+  parity torchrun2 p1 1e-5 "torchrun 2x2 against 1 process K=4"
+
+}
+
+case_restarts() {
+  echo "== --max_restarts 1: kill -9 of rank 1's worker mid-run; the group restarts and resumes, every step once"
+  long=(steps=100 checkpoint_period=10 collective_timeout_s=5)
+  "$TRAINER" "${tiny[@]}" "${long[@]}" gradient_accumulation_steps=2 run_name=straight >"$tmp/straight.log" 2>&1 ||
+    { cat "$tmp/straight.log"; fail "the uninterrupted 1-process run failed"; }
+  "$torchrun" --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$(free_port)" \
+    --rdzv_id restarts --max_restarts 1 --monitor_interval 0.5 --redirects 1 --tee 1 --no_python \
+    "$TRAINER" "${tiny[@]}" "${long[@]}" run_name=restarted >"$tmp/restarted.log" 2>&1 &
+  agent=$!
+  started+=($agent)
+  victim=$(trainer_pid "$agent" 1)
+  [[ -n $victim ]] || fail "no rank 1 worker under torchrun (pid $agent)"
+  wait_for_step restarted 12
+  at=$(steps_in restarted)
+  kill -KILL "$victim"
+  echo "killed rank 1 (pid $victim) after step $at"
+  wait "$agent" || { cat "$tmp/restarted.log"; fail "torchrun did not recover from the killed worker"; }
+  grep -q 'resumed from .*step-[1-9]' "$tmp/restarted.log" || fail "the restarted group did not resume from a checkpoint"
+  every_step_once restarted 100
+  parity restarted straight 1e-5 "2x1, rank 1 killed and the group restarted by torchrun, against 1x2 straight"
+
+}
+
+case_shrink() {
+  echo "== elastic shrink: 2 agents (--nnodes 1:2), kill -9 of the non-host agent and its worker; the survivor goes on alone"
+  shrink=(steps=100 checkpoint_period=10 collective_timeout_s=5 "${gbs[@]}")
+  "$TRAINER" "${tiny[@]}" "${shrink[@]}" run_name=alone >"$tmp/alone.log" 2>&1 ||
+    { cat "$tmp/alone.log"; fail "the uninterrupted 1-process run failed"; }
+  port=$(free_port)
+  elastic_agent agent_b shrink 0 shrunk "${shrink[@]}"  # the client first: it waits for the store; both join the first round
+  elastic_agent agent_a shrink 1 shrunk "${shrink[@]}"
+  worker_b=$(trainer_pid "$agent_b")
+  [[ -n $worker_b ]] || fail "no worker under agent b"
+  wait_for_step shrunk 12
+  grep -q 'K=2 x 2 sequences x 16 tokens x 2 processes' "$tmp/agent_a.log" "$tmp/agent_b.log" ||
+    fail "the first round did not have 2 processes with K=2"
+  rank_b=$(tr '\0' '\n' <"/proc/$worker_b/environ" | sed -n 's/^RANK=//p')
+  at=$(steps_in shrunk)
+  t0=$(date +%s.%N)
+  kill -KILL "$agent_b" "$worker_b"
+  echo "killed agent b (pid $agent_b) and its worker (pid $worker_b, rank $rank_b of 2) after step $at"
+  wait "$agent_a" || { cat "$tmp/agent_a.log"; fail "the surviving agent did not finish the run"; }
+  resumed=$(grep -o '\[20[0-9-]* [0-9:.]*\] \[info\] run .* 1 processes' "$tmp/agent_a.log" | head -1 | cut -c2-24)
+  [[ -n $resumed ]] || { cat "$tmp/agent_a.log"; fail "no restart line from the surviving agent"; }
+  echo "the survivor was training alone again $(echo "$(date -d "$resumed" +%s.%N) - $t0" | bc) s after the kill"
+  grep -q 'K=4 x 2 sequences x 16 tokens x 1 processes = global batch 8' "$tmp/agent_a.log" ||
+    { cat "$tmp/agent_a.log"; fail "the survivor did not restart alone with K=4"; }
+  grep -q 'resumed from .*step-[1-9]' "$tmp/agent_a.log" || fail "the survivor did not resume from a checkpoint"
+  every_step_once shrunk 100
+  parity shrunk alone 1e-5 "2 nodes x K=2, shrunk to 1 x K=4 by torchrun, against 1 x K=4 straight"
+}
+
+case_grow() {
+  echo "== elastic grow: one agent starts alone (K=32), a second joins; the group restarts at WORLD_SIZE=2 with K=16"
+  # K=32 and 600 steps keep the lone agent training for several seconds even on a quiet machine (a step is about
+  # 0.03 s there, 0.1 s or more under load), so the second agent, which first imports torch, joins mid-run.
+  grow=(steps=600 checkpoint_period=20 collective_timeout_s=5 global_batch_size=64)
+  "$TRAINER" "${tiny[@]}" "${grow[@]}" run_name=alone64 >"$tmp/alone64.log" 2>&1 ||
+    { cat "$tmp/alone64.log"; fail "the uninterrupted 1-process run with global_batch_size=64 failed"; }
+  port=$(free_port)
+  elastic_agent grow_a grow "" grown "${grow[@]}"  # alone first: it hosts
+  wait_for_step grown 3
+  grep -q 'K=32 x 2 sequences x 16 tokens x 1 processes' "$tmp/grow_a.log" || fail "the first agent did not start alone"
+  elastic_agent grow_b grow "" grown "${grow[@]}"
+  wait "$grow_a" || { cat "$tmp/grow_a.log"; fail "the first agent failed after the second joined"; }
+  wait "$grow_b" || { cat "$tmp/grow_b.log"; fail "the second agent failed"; }
+  grep -q 'K=16 x 2 sequences x 16 tokens x 2 processes = global batch 64' "$tmp/grow_a.log" "$tmp/grow_b.log" ||
+    { cat "$tmp/grow_a.log"; fail "the group did not grow to 2 processes with K=16"; }
+  grep -q 'resumed from .*step-[1-9]' "$tmp/grow_a.log" "$tmp/grow_b.log" || fail "the grown group did not resume"
+  echo "grew to 2 processes: $(grep -h -o 'resumed from [^ ]*' "$tmp/grow_a.log" "$tmp/grow_b.log" | head -1)"
+  every_step_once grown 600
+  parity grown alone64 1e-5 "1 x K=32 grown to 2 x K=16 by torchrun, against 1 x K=32 straight"
+}
+
+# TORCHRUN_CASES picks the cases (ctest torchrun and torchrun_grow split them, so they run side by side).
+for case in ${TORCHRUN_CASES:-pair restarts shrink grow}; do
+  declare -F "case_$case" >/dev/null || fail "no case $case (pair restarts shrink grow)"
+  "case_$case"
 done
-wait "${started[@]}" || fail "the hand-started ranks failed: $(cat "$tmp"/by_hand.*.log)"
-"$torchrun" --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$(free_port)" \
-  --rdzv_id standalone --monitor_interval 0.5 --redirects 1 --tee 1 --no_python \
-  "$TRAINER" "${tiny[@]}" "${gbs[@]}" steps=6 run_name=torchrun2 >"$tmp/torchrun2.log" 2>&1 ||
-  { cat "$tmp/torchrun2.log"; fail "torchrun with 2 processes failed"; }
-grep -q 'K=2 x 2 sequences x 16 tokens x 2 processes = global batch 8' "$tmp/torchrun2.log" ||
-  fail "torchrun's rank 0 did not derive K=2"
-parity torchrun2 by_hand 0 "torchrun 2x2 against 2 ranks by hand (bitwise)"
-"$compare" "$runs/torchrun2" "$runs/by_hand" --metric loss --rtol 0 --atol 0 >/dev/null || fail "not bitwise"
-parity torchrun2 p1 1e-5 "torchrun 2x2 against 1 process K=4"
-
-echo "== --max_restarts 1: kill -9 of rank 1's worker mid-run; the group restarts and resumes, every step once"
-long=(steps=100 checkpoint_period=10 collective_timeout_s=5)
-"$TRAINER" "${tiny[@]}" "${long[@]}" gradient_accumulation_steps=2 run_name=straight >"$tmp/straight.log" 2>&1 ||
-  { cat "$tmp/straight.log"; fail "the uninterrupted 1-process run failed"; }
-"$torchrun" --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$(free_port)" \
-  --rdzv_id restarts --max_restarts 1 --monitor_interval 0.5 --redirects 1 --tee 1 --no_python \
-  "$TRAINER" "${tiny[@]}" "${long[@]}" run_name=restarted >"$tmp/restarted.log" 2>&1 &
-agent=$!
-started+=($agent)
-victim=$(trainer_pid "$agent" 1)
-[[ -n $victim ]] || fail "no rank 1 worker under torchrun (pid $agent)"
-wait_for_step restarted 12
-at=$(steps_in restarted)
-kill -KILL "$victim"
-echo "killed rank 1 (pid $victim) after step $at"
-wait "$agent" || { cat "$tmp/restarted.log"; fail "torchrun did not recover from the killed worker"; }
-grep -q 'resumed from .*step-[1-9]' "$tmp/restarted.log" || fail "the restarted group did not resume from a checkpoint"
-every_step_once restarted 100
-parity restarted straight 1e-5 "2x1, rank 1 killed and the group restarted by torchrun, against 1x2 straight"
-
-echo "== elastic shrink: 2 agents (--nnodes 1:2), kill -9 of the non-host agent and its worker; the survivor goes on alone"
-shrink=(steps=100 checkpoint_period=10 collective_timeout_s=5 "${gbs[@]}")
-"$TRAINER" "${tiny[@]}" "${shrink[@]}" run_name=alone >"$tmp/alone.log" 2>&1 ||
-  { cat "$tmp/alone.log"; fail "the uninterrupted 1-process run failed"; }
-port=$(free_port)
-elastic_agent agent_b shrink 0 shrunk "${shrink[@]}"  # the client first: it waits for the store; both join the first round
-elastic_agent agent_a shrink 1 shrunk "${shrink[@]}"
-worker_b=$(trainer_pid "$agent_b")
-[[ -n $worker_b ]] || fail "no worker under agent b"
-wait_for_step shrunk 12
-grep -q 'K=2 x 2 sequences x 16 tokens x 2 processes' "$tmp/agent_a.log" "$tmp/agent_b.log" ||
-  fail "the first round did not have 2 processes with K=2"
-rank_b=$(tr '\0' '\n' <"/proc/$worker_b/environ" | sed -n 's/^RANK=//p')
-at=$(steps_in shrunk)
-t0=$(date +%s.%N)
-kill -KILL "$agent_b" "$worker_b"
-echo "killed agent b (pid $agent_b) and its worker (pid $worker_b, rank $rank_b of 2) after step $at"
-wait "$agent_a" || { cat "$tmp/agent_a.log"; fail "the surviving agent did not finish the run"; }
-resumed=$(grep -o '\[20[0-9-]* [0-9:.]*\] \[info\] run .* 1 processes' "$tmp/agent_a.log" | head -1 | cut -c2-24)
-[[ -n $resumed ]] || { cat "$tmp/agent_a.log"; fail "no restart line from the surviving agent"; }
-echo "the survivor was training alone again $(echo "$(date -d "$resumed" +%s.%N) - $t0" | bc) s after the kill"
-grep -q 'K=4 x 2 sequences x 16 tokens x 1 processes = global batch 8' "$tmp/agent_a.log" ||
-  { cat "$tmp/agent_a.log"; fail "the survivor did not restart alone with K=4"; }
-grep -q 'resumed from .*step-[1-9]' "$tmp/agent_a.log" || fail "the survivor did not resume from a checkpoint"
-every_step_once shrunk 100
-parity shrunk alone 1e-5 "2 nodes x K=2, shrunk to 1 x K=4 by torchrun, against 1 x K=4 straight"
-
-# The grow case runs alone as ctest torchrun_grow (TORCHRUN_GROW=1), disabled for now: under torch 2.14.1's torchrun
-# its second rendezvous round hung in 2 of 2 suite runs (the agents wait for each other's role_info/MASTER_ADDR),
-# though the same two-agent grow passed by hand (docs/distributed.md, "Elastic grow under torch 2.14").
-if [[ ${TORCHRUN_GROW:-0} == 1 ]]; then
-echo "== elastic grow: one agent starts alone (K=32), a second joins; the group restarts at WORLD_SIZE=2 with K=16"
-# K=32 and 600 steps keep the lone agent training for several seconds even on a quiet machine (a step is about
-# 0.03 s there, 0.1 s or more under load), so the second agent, which first imports torch, joins mid-run.
-grow=(steps=600 checkpoint_period=20 collective_timeout_s=5 global_batch_size=64)
-"$TRAINER" "${tiny[@]}" "${grow[@]}" run_name=alone64 >"$tmp/alone64.log" 2>&1 ||
-  { cat "$tmp/alone64.log"; fail "the uninterrupted 1-process run with global_batch_size=64 failed"; }
-port=$(free_port)
-elastic_agent grow_a grow "" grown "${grow[@]}"  # alone first: it hosts
-wait_for_step grown 3
-grep -q 'K=32 x 2 sequences x 16 tokens x 1 processes' "$tmp/grow_a.log" || fail "the first agent did not start alone"
-elastic_agent grow_b grow "" grown "${grow[@]}"
-wait "$grow_a" || { cat "$tmp/grow_a.log"; fail "the first agent failed after the second joined"; }
-wait "$grow_b" || { cat "$tmp/grow_b.log"; fail "the second agent failed"; }
-grep -q 'K=16 x 2 sequences x 16 tokens x 2 processes = global batch 64' "$tmp/grow_a.log" "$tmp/grow_b.log" ||
-  { cat "$tmp/grow_a.log"; fail "the group did not grow to 2 processes with K=16"; }
-grep -q 'resumed from .*step-[1-9]' "$tmp/grow_a.log" "$tmp/grow_b.log" || fail "the grown group did not resume"
-echo "grew to 2 processes: $(grep -h -o 'resumed from [^ ]*' "$tmp/grow_a.log" "$tmp/grow_b.log" | head -1)"
-every_step_once grown 600
-parity grown alone64 1e-5 "1 x K=32 grown to 2 x K=16 by torchrun, against 1 x K=32 straight"
-
-fi
 echo "torchrun_test: PASS"
 rm -rf "$tmp"
