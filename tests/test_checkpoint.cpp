@@ -637,7 +637,7 @@ TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite i
   CHECK(tp::lines(base + "/stop/metrics.jsonl").size() == 4);
 }
 
-TEST_CASE("a full disk during a checkpoint write: a clear error, and the earlier checkpoint survives", "[disk]") {
+TEST_CASE("a full disk during a checkpoint write: a clear error, and the earlier checkpoint survives", "[disk][can_skip]") {
   const std::string base = tp::fresh_dir("disk");
   // Size one checkpoint of this model on the normal disk first.
   REQUIRE(tp::run(run_args(base, "probe", "steps=1")).code == 0);

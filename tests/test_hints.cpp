@@ -137,7 +137,7 @@ TEST_CASE("hint: too many non-finite steps -> lower learning_rate", "[hints]") {
   expect_ok(tiny(base, diverging + "learning_rate=0.01"));
 }
 
-TEST_CASE("hint: hardware=cuda without CUDA -> use hardware=cpu", "[hints]") {
+TEST_CASE("hint: hardware=cuda without CUDA -> use hardware=cpu", "[hints][can_skip]") {
   const std::string base = tp::fresh_dir("hint_cuda");
   auto r = tiny(base, "steps=1 hardware=cuda");
   if (r.code == 0) {

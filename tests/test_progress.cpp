@@ -55,7 +55,7 @@ TEST_CASE("not on a terminal: plain log lines every log_period, no carriage retu
   CHECK_THAT(out, !Catch::Contains("step 3/4"));
 }
 
-TEST_CASE("on a terminal: one live line redrawn with carriage returns", "[progress]") {
+TEST_CASE("on a terminal: one live line redrawn with carriage returns", "[progress][can_skip]") {
   if (std::system("command -v script >/dev/null 2>&1") != 0) {
     SG_SKIP("util-linux 'script' is not installed, so no pseudo-terminal is available");
   }
