@@ -61,8 +61,10 @@ elastic_agent() {
   [[ -n $host ]] && conf=(--rdzv_conf "is_host=$host,last_call_timeout=2")
   # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as docs/distributed.md tells elastic users: with the shared store, an
   # agent joining a later round waits for a MASTER_ADDR that rank 0, holding its first round's, never writes again.
-  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "$torchrun" --nnodes 1:2 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "$id" --max_restarts 3 \
-    "${conf[@]}" "${agent_flags[@]}" --no_python \
+  # PYTHONUNBUFFERED=1: the agent tees its worker's lines into a file, which Python buffers 8 KB at a time, so a
+  # line the cases grep for mid-run could still be in the buffer (seen: an empty log after 311 steps).
+  PYTHONUNBUFFERED=1 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "$torchrun" --nnodes 1:2 --rdzv_backend c10d \
+    --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "$id" --max_restarts 3 "${conf[@]}" "${agent_flags[@]}" --no_python \
     "$TRAINER" "${tiny[@]}" "$@" run_name="$name" >"$tmp/$var.log" 2>&1 &
   started+=($!)
   printf -v "$var" %s "$!"
@@ -70,7 +72,8 @@ elastic_agent() {
 
 case_pair() {
   echo "== torchrun, 2 processes on one node: bitwise the losses of 2 ranks started by hand; 1 process within 1e-5"
-  "$TRAINER" "${tiny[@]}" "${gbs[@]}" steps=6 run_name=p1 >"$tmp/p1.log" 2>&1 || { cat "$tmp/p1.log"; fail "p1 failed"; }
+  "$TRAINER" "${tiny[@]}" "${gbs[@]}" steps=6 run_name=p1 >"$tmp/p1.log" 2>&1 ||
+    { cat "$tmp/p1.log"; fail "p1 failed"; }
   port=$(free_port)
   for r in 0 1; do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" "${gbs[@]}" \
@@ -87,7 +90,6 @@ case_pair() {
   parity torchrun2 by_hand 0 "torchrun 2x2 against 2 ranks by hand (bitwise)"
   "$compare" "$runs/torchrun2" "$runs/by_hand" --metric loss --rtol 0 --atol 0 >/dev/null || fail "not bitwise"
   parity torchrun2 p1 1e-5 "torchrun 2x2 against 1 process K=4"
-
 }
 
 case_restarts() {
@@ -107,19 +109,21 @@ case_restarts() {
   kill -KILL "$victim"
   echo "killed rank 1 (pid $victim) after step $at"
   wait "$agent" || { cat "$tmp/restarted.log"; fail "torchrun did not recover from the killed worker"; }
-  grep -q 'resumed from .*step-[1-9]' "$tmp/restarted.log" || fail "the restarted group did not resume from a checkpoint"
+  grep -q 'resumed from .*step-[1-9]' "$tmp/restarted.log" ||
+    fail "the restarted group did not resume from a checkpoint"
   every_step_once restarted 100
   parity restarted straight 1e-5 "2x1, rank 1 killed and the group restarted by torchrun, against 1x2 straight"
-
 }
 
 case_shrink() {
-  echo "== elastic shrink: 2 agents (--nnodes 1:2), kill -9 of the non-host agent and its worker; the survivor goes on alone"
+  echo "== elastic shrink: 2 agents (--nnodes 1:2), kill -9 of the non-host agent and its worker;" \
+    "the survivor goes on alone"
   shrink=(steps=100 checkpoint_period=10 collective_timeout_s=5 "${gbs[@]}")
   "$TRAINER" "${tiny[@]}" "${shrink[@]}" run_name=alone >"$tmp/alone.log" 2>&1 ||
     { cat "$tmp/alone.log"; fail "the uninterrupted 1-process run failed"; }
   port=$(free_port)
-  elastic_agent agent_b shrink 0 shrunk "${shrink[@]}"  # the client first: it waits for the store; both join the first round
+  # The client first: it waits for the store; both join the first round.
+  elastic_agent agent_b shrink 0 shrunk "${shrink[@]}"
   elastic_agent agent_a shrink 1 shrunk "${shrink[@]}"
   worker_b=$(trainer_pid "$agent_b")
   [[ -n $worker_b ]] || fail "no worker under agent b"
