@@ -24,6 +24,7 @@
 #include "config/ConfigWriter.h"
 #include "config/GlobalBatch.h"
 #include "distributed/Environment.h"
+#include "hub/Import.h"
 #include "memory/MemoryReport.h"
 #include "memory/TrackingAllocator.h"
 #include "train/MemoryProbe.h"
@@ -142,6 +143,8 @@ int main(int argc, char** argv) {
   try {
     auto path = shadowgrad::config::resolve_config_path(config_arg, configs_dir());
     auto cfg = shadowgrad::config::load_config(path, overrides);
+    // A Hugging Face model directory sets the model's shape (docs/huggingface.md).
+    if (!cfg.load_parameters_path.empty()) shadowgrad::hub::configure_from_model_dir(cfg);
     // Before anything is written: a global_batch_size that this process count cannot split is bad input.
     shadowgrad::config::derive_accumulation_steps(cfg,
                                                   shadowgrad::distributed::ProcessEnvironment::from_environment().world_size);

@@ -10,10 +10,14 @@ SHADOWGRAD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SHADOWGRAD_PACKAGES=(libgloo-dev libopenblas0-pthread libcli11-dev libspdlog-dev libfmt-dev catch2
                      libyaml-cpp-dev zlib1g-dev cmake g++ make gnuplot-nox clang-14 libclang-rt-14-dev
                      python3-dev python3-venv libsentencepiece-dev
-                     sentencepiece iproute2)  # iproute2: `ip netns` for tests/netns_test.sh
+                     sentencepiece iproute2 nlohmann-json3-dev)  # iproute2: `ip netns` for tests/netns_test.sh
 # The torch the project builds and tests against. The CUDA build runs on a CPU too, and one build then also proves
 # that hardware=cuda compiles and links (docs/setup.md says why this one and not the 2.13.0 CPU build).
 SHADOWGRAD_TORCH_PINS=(torch==2.14.1 torchvision==0.29.1 numpy)
+# Hugging Face interop (docs/huggingface.md): the parity tests build tiny models with transformers' own classes,
+# scripts/prepare_model.sh turns a GGUF into a model directory (gguf, accelerate), and token files are written with a
+# model's own tokenizer.json (tokenizers). 5.24.0 is the newest transformers pip resolves here (5.25 needs kernels>=0.19).
+SHADOWGRAD_HF_PINS=(transformers==5.24.0 safetensors==0.8.0 tokenizers==0.23.3 gguf==0.19.0 accelerate==1.16.0)
 # SHADOWGRAD_VENV may point several worktrees at one venv.
 SHADOWGRAD_VENV="${SHADOWGRAD_VENV:-$SHADOWGRAD_ROOT/.venv}"
 SHADOWGRAD_PYTHON="$SHADOWGRAD_VENV/bin/python"
@@ -38,11 +42,12 @@ install_missing_packages() {
 # The venv with the pinned torch, made once; `pip install` is skipped when the pins are already met.
 ensure_venv() {
   local stamp="$SHADOWGRAD_VENV/.shadowgrad-pins"
-  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${SHADOWGRAD_TORCH_PINS[*]}" ] && return 0
-  echo "creating $SHADOWGRAD_VENV with ${SHADOWGRAD_TORCH_PINS[*]}" >&2
+  local pins=("${SHADOWGRAD_TORCH_PINS[@]}" "${SHADOWGRAD_HF_PINS[@]}")
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${pins[*]}" ] && return 0
+  echo "creating $SHADOWGRAD_VENV with ${pins[*]}" >&2
   [ -x "$SHADOWGRAD_PYTHON" ] || python3 -m venv "$SHADOWGRAD_VENV"
-  "$SHADOWGRAD_PYTHON" -m pip install -q --disable-pip-version-check "${SHADOWGRAD_TORCH_PINS[@]}" 2> >(grep -v '^WARNING: Location' >&2)
-  echo "${SHADOWGRAD_TORCH_PINS[*]}" > "$stamp"
+  "$SHADOWGRAD_PYTHON" -m pip install -q --disable-pip-version-check "${pins[@]}" 2> >(grep -v '^WARNING: Location' >&2)
+  echo "${pins[*]}" > "$stamp"
 }
 
 # Configure (once) and build in Release into build/. make decides what is out of date.

@@ -12,6 +12,7 @@
 #include "config/Dtypes.h"
 #include "model/Remat.h"
 #include "model/RmsNormFunction.h"
+#include "model/RopeTable.h"
 #include "model/RopeFunction.h"
 #include "model/SwiGluFunction.h"
 #include "util/Errors.h"
@@ -30,6 +31,11 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.max_length = c.max_target_length;
   o.norm_eps = c.normalization_layer_epsilon;
   o.rope_max_timescale = c.rope_max_timescale;
+  o.rope_scaling = {c.rope_type, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                    c.rope_original_max_position};
+  o.attention_bias = c.attention_bias;
+  o.qk_norm = c.use_qk_norm;
+  o.tied_output = c.logits_via_embedding;
   o.compute_dtype = config::scalar_type(c.dtype);
   o.weight_dtype = config::scalar_type(c.weight_dtype);
   o.init_seed = static_cast<uint64_t>(c.init_weights_seed);
@@ -50,8 +56,12 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
     torch::Tensor t = std > 0 ? at::empty(shape, at::kFloat).normal_(0, std, gen) : at::ones(shape, at::kFloat);
     return register_parameter(name, t.to(o.weight_dtype));
   };
+  auto zeros = [&](const std::string& name, int64_t size) {
+    return register_parameter(name, at::zeros({size}, at::kFloat).to(o.weight_dtype));
+  };
   const int64_t E = o.emb_dim, Q = o.num_query_heads * o.head_dim, KV = o.num_kv_heads * o.head_dim;
-  embedding_ = param("embedding", {o.vocab_size, E}, 1.0);
+  // A tied embedding is also the output projection, so it starts at the output's scale.
+  embedding_ = param("embedding", {o.vocab_size, E}, o.tied_output ? 0.02 : 1.0);
   for (int64_t i = 0; i < o.num_layers; ++i) {
     const std::string p = fmt::format("layer{}_", i);
     Block b;
@@ -64,14 +74,22 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
     b.w_gate = param(p + "w_gate", {o.mlp_dim, E}, 0.02);
     b.w_up = param(p + "w_up", {o.mlp_dim, E}, 0.02);
     b.w_down = param(p + "w_down", {E, o.mlp_dim}, residual_std);
+    if (o.attention_bias) {
+      b.bq = zeros(p + "bq", Q);
+      b.bk = zeros(p + "bk", KV);
+      b.bv = zeros(p + "bv", KV);
+    }
+    if (o.qk_norm) {
+      b.q_norm = param(p + "q_norm", {o.head_dim}, 0);
+      b.k_norm = param(p + "k_norm", {o.head_dim}, 0);
+    }
     blocks_.push_back(b);
   }
   final_norm_ = param("final_norm", {E}, 0);
-  output_ = param("output", {o.vocab_size, E}, 0.02);
+  output_ = o.tied_output ? embedding_ : param("output", {o.vocab_size, E}, 0.02);
 
   // RoPE tables are computed once, in fp64, and stored in the compute dtype (half-split convention).
-  const int64_t half = o.head_dim / 2;
-  auto inv_freq = at::pow(o.rope_max_timescale, -at::arange(half, at::kDouble) / double(half));
+  auto inv_freq = rope_inverse_frequencies(o.rope_max_timescale, o.head_dim, o.rope_scaling);
   auto angles = at::outer(at::arange(o.max_length, at::kDouble), inv_freq);  // [T, D/2]
   rope_cos_ = register_buffer("rope_cos", at::cat({angles.cos(), angles.cos()}, -1).to(o.compute_dtype));
   rope_sin_ = register_buffer("rope_sin", at::cat({angles.sin(), angles.sin()}, -1).to(o.compute_dtype));
@@ -104,6 +122,15 @@ torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
 torch::Tensor DecoderImpl::cast(const torch::Tensor& weight) const {
   return casts_.cast && weight.is_leaf() ? casts_.cast(weight, options_.compute_dtype)
                                          : weight.to(options_.compute_dtype);
+}
+
+torch::Tensor DecoderImpl::project(const torch::Tensor& x, const torch::Tensor& weight,
+                                   const torch::Tensor& bias) const {
+  return bias.defined() ? at::linear(x, compute(weight), compute(bias)) : at::linear(x, compute(weight));
+}
+
+torch::Tensor DecoderImpl::head_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
+  return weight.defined() ? rms_norm(x, weight) : x;
 }
 
 torch::Tensor DecoderImpl::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
@@ -139,9 +166,9 @@ torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x) {
   const auto& o = options_;
   const int64_t B = x.size(0), T = x.size(1), G = o.num_kv_heads;
   auto h = block_norm(x, b.attn_norm);
-  auto q = at::linear(h, compute(b.wq)).view({B, T, o.num_query_heads, o.head_dim});
-  auto k = at::linear(h, compute(b.wk)).view({B, T, G, o.head_dim});
-  auto v = at::linear(h, compute(b.wv)).view({B, T, G, o.head_dim});
+  auto q = head_norm(project(h, b.wq, b.bq).view({B, T, o.num_query_heads, o.head_dim}), b.q_norm);
+  auto k = head_norm(project(h, b.wk, b.bk).view({B, T, G, o.head_dim}), b.k_norm);
+  auto v = project(h, b.wv, b.bv).view({B, T, G, o.head_dim});
   auto out = minimal() ? rematerialise({q, k, v},
                                        [this](const std::vector<at::Tensor>& in) {
                                          return attention_core(in[0], in[1], in[2]);

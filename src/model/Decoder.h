@@ -1,7 +1,8 @@
 #pragma once
 // A decoder-only transformer: token embedding; N pre-norm blocks of
 // [RMSNorm -> grouped-query causal attention with RoPE] and [RMSNorm -> gated SiLU MLP];
-// a final RMSNorm and an untied output projection.
+// a final RMSNorm and an output projection (its own weight, or the embedding's: options.tied_output).
+// options.attention_bias and options.qk_norm add Qwen2's q/k/v biases and Qwen3's per-head q/k norms.
 //
 //   shadowgrad::model::Decoder model(options);
 //   torch::Tensor logits = model->forward(tokens);   // tokens [B,T] int64 -> logits [B,T,V] in compute dtype
@@ -53,6 +54,8 @@ class DecoderImpl : public torch::nn::Module {
  private:
   struct Block {
     torch::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
+    torch::Tensor bq, bk, bv;      // attention_bias; undefined otherwise
+    torch::Tensor q_norm, k_norm;  // qk_norm; undefined otherwise
   };
 
   torch::Tensor block(const Block& b, const torch::Tensor& x);
@@ -64,6 +67,10 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor apply_rope(const torch::Tensor& x) const;  // the ATen op chain (fused_kernels=false), x [B,H,T,D]
   torch::Tensor block_norm(const torch::Tensor& x, const torch::Tensor& weight) const;  // rms_norm, remat'd by minimal
   torch::Tensor compute(const torch::Tensor& weight) const;
+  // at::linear(x, weight, bias) in the compute dtype; an undefined bias is none.
+  torch::Tensor project(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {}) const;
+  // The per-head q/k RMSNorm (qk_norm) of a projection [B,T,heads,D]; the projection itself without it.
+  torch::Tensor head_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
   bool minimal() const { return options_.remat == DecoderOptions::Remat::minimal; }
   torch::Tensor cast(const torch::Tensor& weight) const;  // to the compute dtype, through casts_ when set
 

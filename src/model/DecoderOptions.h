@@ -6,6 +6,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "config/ConfigEnums.h"
+#include "model/RopeTable.h"
 
 namespace shadowgrad::config {
 struct Config;
@@ -24,6 +25,12 @@ struct DecoderOptions {
   int64_t max_length = 16;
   double norm_eps = 1e-6;
   double rope_max_timescale = 10000;
+  RopeScaling rope_scaling;  // model/RopeTable.h
+  // What sets the Llama-family architectures apart (src/hub maps a Hugging Face config.json onto these). The
+  // forward reads them; it has no notion of a family.
+  bool attention_bias = false;  // q, k and v projections have biases (Qwen2)
+  bool qk_norm = false;         // RMSNorm over each head of q and k before RoPE (Qwen3)
+  bool tied_output = false;     // the output projection is the embedding: one parameter serving both uses
   c10::ScalarType compute_dtype = c10::kFloat;
   c10::ScalarType weight_dtype = c10::kFloat;
   uint64_t init_seed = 0;

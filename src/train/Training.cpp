@@ -5,10 +5,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/Checkpointer.h"
 #include "config/GlobalBatch.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
 #include "distributed/Environment.h"
+#include "hub/HfConfig.h"
+#include "hub/Import.h"
 #include "memory/MemoryMeter.h"
 #include "model/Decoder.h"
 #include "train/BatchSizePolicy.h"
@@ -50,6 +53,15 @@ std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c1
   return distributed::DataParallel::from_environment(distributed::DataParallelOptions::from_config(cfg), device);
 }
 
+// Weights from a Hugging Face directory (cfg's model keys were set from its config.json when the config was loaded).
+// A run with a checkpoint to resume skips it: the checkpoint overwrites every parameter.
+void load_pretrained(const config::Config& cfg, torch::nn::Module& model) {
+  if (cfg.load_parameters_path.empty() || checkpoint::can_resume(cfg)) return;
+  const auto hf = hub::read_hf_config(cfg.load_parameters_path + "/config.json");
+  hub::load_hf_weights(cfg.load_parameters_path, hf, model);
+  spdlog::info("weights from {} ({})", cfg.load_parameters_path, hf.family->architecture);
+}
+
 // Threads, the allocator cache, and a warning when bf16 compute would be slow here. Returns the thread count.
 int configure_process(const config::Config& cfg, c10::Device device) {
   const int threads = configure_threads(cfg.num_threads);
@@ -89,6 +101,7 @@ RunSummary Training::run() {
   auto dp = connect(cfg_, device_);
   const int world = dp ? dp->world_size() : 1;
   model::Decoder model(model::DecoderOptions::from_config(cfg_));
+  load_pretrained(cfg_, *model);  // load_parameters_path, unless the run resumes from its own checkpoint
   model->to(device_);
   fit_microbatch(cfg_, model, *source_, device_, dp.get(), world);  // per_device_batch_size=auto, memory_budget_mib
   if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(cfg_, world);
@@ -99,6 +112,8 @@ RunSummary Training::run() {
 
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
   if (start.state.step > 0 && start.state.step == cfg_.steps) return finish_from_disk(start, step, meter);
+  if (start.dir && start.state.step == 0 && !cfg_.load_parameters_path.empty())
+    hub::carry_model_files(cfg_.load_parameters_path, start.dir->path());  // tokenizer, config.json, source.json
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
   log_run_start(cfg_, start, step, world, threads);
   RunSummary summary = run_steps(cfg_, step, *evaluator_, meter, signals, start, device_, policy);

@@ -1,0 +1,82 @@
+// export_hf RUN_DIR OUT_DIR [--step N] [--dtype bfloat16|float32|float16|auto]: writes a run's checkpoint as a Hugging
+// Face model directory (config.json, safetensors, the tokenizer files the run brought) that transformers'
+// from_pretrained loads. Thin by design: parse, call src/hub, choose the exit code (docs/huggingface.md).
+// Exit codes: 0 written; 1 runtime failure; 2 bad input (no run, no checkpoint, a damaged checkpoint, bad flag).
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <torch/optim/optimizer.h>
+
+#include "VersionLine.h"
+#include "checkpoint/CheckpointOptions.h"
+#include "checkpoint/Checkpointer.h"
+#include "config/ConfigLoader.h"
+#include "hub/Export.h"
+#include "model/Decoder.h"
+#include "train/OptimizerFactory.h"
+#include "train/OptimizerOptions.h"
+#include "util/Errors.h"
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+
+int export_run(const std::string& run_dir, const std::string& out_dir, int64_t step, const std::string& dtype) {
+  namespace sg = shadowgrad;
+  const std::string config_path = run_dir + "/config.yml";
+  if (!std::filesystem::exists(config_path))
+    throw sg::InputError(fmt::format("{}: no config.yml: not a run directory", run_dir));
+  // The run's own config: its model keys already hold the shape load_parameters_path gave it.
+  auto cfg = sg::config::load_config(config_path, {});
+  sg::model::Decoder model(sg::model::DecoderOptions::from_config(cfg));
+  auto optimizer = sg::train::make_optimizer(sg::train::OptimizerOptions::from_config(cfg), model->parameters());
+  sg::checkpoint::Checkpointer checkpoints(sg::checkpoint::CheckpointOptions::from_config(cfg), run_dir);
+  const auto steps = checkpoints.steps();
+  if (steps.empty()) throw sg::InputError(fmt::format("{}: no checkpoints to export", run_dir));
+  if (step < 0) step = steps.back();
+  checkpoints.load(step, *model, *optimizer);
+  sg::hub::ExportOptions options;
+  options.dtype = dtype;
+  sg::hub::export_model_dir(cfg, *model, run_dir, out_dir, options);
+  std::cout << fmt::format("wrote {} from {} step {}\n", out_dir, run_dir, step);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Write a run's checkpoint as a Hugging Face model directory (config.json, model.safetensors or shards, "
+               "tokenizer files).",
+               "export_hf"};
+  std::string run_dir, out_dir, dtype = "auto";
+  int64_t step = -1;
+  app.add_option("RUN_DIR", run_dir, "the run directory (holds config.yml and checkpoints/)")->required();
+  app.add_option("OUT_DIR", out_dir, "where to write the model directory")->required();
+  app.add_option("--step", step, "checkpoint step to export (default: the latest)");
+  app.add_option("--dtype", dtype, "float32, bfloat16, float16, or auto: the dtype the model came in, else the "
+                                   "weight dtype")->capture_default_str();
+  app.set_version_flag("--version", version_line("export_hf"));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitBadInput;
+  }
+  try {
+    return export_run(run_dir, out_dir, step, dtype);
+  } catch (const shadowgrad::InputError& e) {
+    std::cerr << "export_hf: error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const c10::Error& e) {
+    std::cerr << "export_hf: error: " << e.what_without_backtrace() << "\n";
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    std::cerr << "export_hf: error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}

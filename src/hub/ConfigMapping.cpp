@@ -1,0 +1,89 @@
+#include "hub/ConfigMapping.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "config/ConfigLoader.h"
+#include "hub/SafeTensors.h"
+#include "util/Errors.h"
+
+namespace shadowgrad::hub {
+
+namespace {
+
+template <class T>
+void set(config::Config& cfg, const char* key, T& field, T value, const char* hf_field, const std::string& dir) {
+  if (cfg.given_keys.count(key) && field != value)
+    throw ConfigError(fmt::format("{}={} was given, but load_parameters_path={} has {}={} in config.json; drop {} "
+                                  "(the model's shape comes from its config.json)",
+                                  key, field, dir, hf_field, value, key));
+  field = value;
+}
+
+} // namespace
+
+void apply_hf_config(const HfConfig& hf, config::Config& cfg, const std::string& dir) {
+  set<int64_t>(cfg, "vocab_size", cfg.vocab_size, hf.vocab_size, "vocab_size", dir);
+  set<int64_t>(cfg, "base_emb_dim", cfg.base_emb_dim, hf.hidden_size, "hidden_size", dir);
+  set<int64_t>(cfg, "base_num_query_heads", cfg.base_num_query_heads, hf.num_attention_heads, "num_attention_heads", dir);
+  set<int64_t>(cfg, "base_num_kv_heads", cfg.base_num_kv_heads, hf.num_key_value_heads, "num_key_value_heads", dir);
+  set<int64_t>(cfg, "head_dim", cfg.head_dim, hf.head_dim, "head_dim", dir);
+  set<int64_t>(cfg, "base_mlp_dim", cfg.base_mlp_dim, hf.intermediate_size, "intermediate_size", dir);
+  set<int64_t>(cfg, "base_num_decoder_layers", cfg.base_num_decoder_layers, hf.num_hidden_layers, "num_hidden_layers", dir);
+  set<double>(cfg, "normalization_layer_epsilon", cfg.normalization_layer_epsilon, hf.rms_norm_eps, "rms_norm_eps", dir);
+  set<double>(cfg, "rope_max_timescale", cfg.rope_max_timescale, hf.rope_theta, "rope_theta", dir);
+  if (cfg.given_keys.count("rope_type") && cfg.rope_type != hf.rope_scaling.type)
+    throw ConfigError(fmt::format("rope_type={} was given, but load_parameters_path={} has rope_type {}", 
+                                  config::to_string(cfg.rope_type), dir, hf_rope_type(hf.rope_scaling.type)));
+  cfg.rope_type = hf.rope_scaling.type;
+  if (hf.rope_scaling.type != config::RopeType::none) {
+    set<double>(cfg, "rope_factor", cfg.rope_factor, hf.rope_scaling.factor, "factor", dir);
+    set<double>(cfg, "rope_low_freq_factor", cfg.rope_low_freq_factor, hf.rope_scaling.low_freq_factor, "low_freq_factor", dir);
+    set<double>(cfg, "rope_high_freq_factor", cfg.rope_high_freq_factor, hf.rope_scaling.high_freq_factor, "high_freq_factor", dir);
+    set<int64_t>(cfg, "rope_original_max_position", cfg.rope_original_max_position,
+                 hf.rope_scaling.original_max_position, "original_max_position_embeddings", dir);
+  }
+  set<bool>(cfg, "logits_via_embedding", cfg.logits_via_embedding, hf.tie_word_embeddings, "tie_word_embeddings", dir);
+  set<bool>(cfg, "attention_bias", cfg.attention_bias, hf.family->qkv_bias, "architectures", dir);
+  set<bool>(cfg, "use_qk_norm", cfg.use_qk_norm, hf.family->qk_norm, "architectures", dir);
+  if (hf.sliding_window && *hf.sliding_window < cfg.max_target_length)
+    throw ConfigError(fmt::format("{}/config.json: sliding_window = {} is shorter than max_target_length={}: the "
+                                  "trainer attends to the whole sequence, so the model would not be the one trained; "
+                                  "set max_target_length <= {}",
+                                  dir, *hf.sliding_window, cfg.max_target_length, *hf.sliding_window));
+  if (hf.max_position_embeddings > 0 && cfg.max_target_length > hf.max_position_embeddings)
+    spdlog::warn("max_target_length={} is above {}'s max_position_embeddings={}: positions past it were never trained "
+                 "(RoPE extrapolates), so expect a higher loss there",
+                 cfg.max_target_length, dir, hf.max_position_embeddings);
+  config::validate(cfg);
+}
+
+HfConfig hf_config_from(const config::Config& cfg, const HfConfig* original, const std::string& dtype) {
+  HfConfig c;
+  if (original) {
+    c = *original;
+  } else {
+    if (cfg.attention_bias && cfg.use_qk_norm)
+      throw ConfigError("no supported Hugging Face family has both attention_bias and use_qk_norm");
+    c.family = cfg.attention_bias ? find_family("Qwen2ForCausalLM")
+               : cfg.use_qk_norm  ? find_family("Qwen3ForCausalLM")
+                                  : &llama_family();
+    c.max_position_embeddings = cfg.max_target_length;
+  }
+  c.vocab_size = cfg.vocab_size;
+  c.hidden_size = cfg.base_emb_dim;
+  c.intermediate_size = cfg.base_mlp_dim;
+  c.num_hidden_layers = cfg.base_num_decoder_layers;
+  c.num_attention_heads = cfg.base_num_query_heads;
+  c.num_key_value_heads = cfg.base_num_kv_heads;
+  c.head_dim = cfg.head_dim;
+  c.rms_norm_eps = cfg.normalization_layer_epsilon;
+  c.rope_theta = cfg.rope_max_timescale;
+  c.rope_scaling = {cfg.rope_type, cfg.rope_factor, cfg.rope_low_freq_factor, cfg.rope_high_freq_factor,
+                    cfg.rope_original_max_position};
+  c.tie_word_embeddings = cfg.logits_via_embedding;
+  c.dtype = dtype;
+  return c;
+}
+
+} // namespace shadowgrad::hub

@@ -1,0 +1,21 @@
+#pragma once
+// Between a Hugging Face config.json (HfConfig) and the trainer's model keys (config::Config).
+//
+//   HfConfig hf = read_hf_config(dir + "/config.json");
+//   apply_hf_config(hf, cfg, dir);              // cfg's model keys := the file's; a given key that differs throws
+//   HfConfig out = hf_config_from(cfg, &hf);     // for an export (null: a from-scratch run, as Llama)
+#include "config/Config.h"
+#include "hub/HfConfig.h"
+
+namespace shadowgrad::hub {
+
+// Sets the model keys (width, heads, head_dim, MLP, layers, vocab, eps, RoPE, tie, biases, q/k norms) from `hf`.
+// A key in cfg.given_keys with another value throws ConfigError naming both values. Refuses a sliding window shorter
+// than max_target_length; warns when max_target_length exceeds max_position_embeddings. Validates cfg after.
+void apply_hf_config(const HfConfig& hf, config::Config& cfg, const std::string& dir);
+
+// The HfConfig describing cfg's model: `original`'s family and extra fields when the run came from one, else the
+// family the options need (Llama; Qwen2 for attention_bias, Qwen3 for use_qk_norm). `dtype`: the saved dtype name.
+HfConfig hf_config_from(const config::Config& cfg, const HfConfig* original, const std::string& dtype);
+
+} // namespace shadowgrad::hub

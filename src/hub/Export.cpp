@@ -1,0 +1,95 @@
+#include "hub/Export.h"
+
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/nn/module.h>
+
+#include "hub/ConfigMapping.h"
+#include "hub/Families.h"
+#include "hub/Import.h"
+#include "hub/SafeTensors.h"
+#include "util/Errors.h"
+
+namespace shadowgrad::hub {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+c10::ScalarType dtype_named(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  throw InputError(fmt::format("--dtype {}: expected float32, bfloat16, float16 or auto", name));
+}
+
+std::string dtype_name(c10::ScalarType t) {
+  return t == at::kBFloat16 ? "bfloat16" : t == at::kHalf ? "float16" : "float32";
+}
+
+} // namespace
+
+void export_model_dir(const config::Config& cfg, torch::nn::Module& model, const std::string& run_dir,
+                      const std::string& out_dir, const ExportOptions& options) {
+  const fs::path carried = carried_dir(run_dir);
+  std::optional<HfConfig> original;
+  if (fs::exists(carried / "config.json")) original = read_hf_config((carried / "config.json").string());
+  std::string dtype = options.dtype;
+  if (dtype == "auto") dtype = original ? original->dtype : config::to_string(cfg.weight_dtype);
+  const c10::ScalarType type = dtype_named(dtype);
+  const HfConfig hf = hf_config_from(cfg, original ? &*original : nullptr, dtype_name(type));
+
+  fs::create_directories(out_dir);
+  auto params = model.named_parameters();
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  int64_t total = 0;
+  for (const auto& [name, ours] : tensor_names(*hf.family, hf.num_hidden_layers, hf.tie_word_embeddings)) {
+    const at::Tensor* p = params.find(ours);
+    if (!p) throw std::logic_error(fmt::format("export: the model has no parameter {} for {}", ours, name));
+    tensors.emplace_back(name, p->detach().to(type));
+    total += tensors.back().second.numel() * int64_t(tensors.back().second.element_size());
+  }
+  // Drop what an earlier export into the same directory left, so that no stale shard or index is read back.
+  for (const auto& entry : fs::directory_iterator(out_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("model", 0) == 0 && name.find(".safetensors") != std::string::npos) fs::remove(entry.path());
+  }
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  if (total <= options.shard_bytes) {
+    write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors, metadata);
+  } else {
+    std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+    int64_t in_shard = 0;
+    for (auto& t : tensors) {
+      const int64_t bytes = t.second.numel() * int64_t(t.second.element_size());
+      if (in_shard > 0 && in_shard + bytes > options.shard_bytes) {
+        shards.emplace_back();
+        in_shard = 0;
+      }
+      shards.back().push_back(std::move(t));
+      in_shard += bytes;
+    }
+    json weight_map = json::object();
+    for (size_t s = 0; s < shards.size(); ++s) {
+      const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+      write_safetensors((fs::path(out_dir) / file).string(), shards[s], metadata);
+      for (const auto& t : shards[s]) weight_map[t.first] = file;
+    }
+    write_json_file((fs::path(out_dir) / "model.safetensors.index.json").string(),
+                    {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+  }
+  write_json_file((fs::path(out_dir) / "config.json").string(), to_json(hf));
+  if (fs::is_directory(carried))
+    for (const auto& entry : fs::directory_iterator(carried)) {
+      const std::string name = entry.path().filename().string();
+      if (name == "config.json" || name == "source.json") continue;
+      fs::copy_file(entry.path(), fs::path(out_dir) / name, fs::copy_options::overwrite_existing);
+    }
+}
+
+} // namespace shadowgrad::hub

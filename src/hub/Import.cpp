@@ -1,0 +1,134 @@
+#include "hub/Import.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/nn/module.h>
+
+#include "hub/ConfigMapping.h"
+#include "hub/Families.h"
+#include "hub/SafeTensors.h"
+
+namespace shadowgrad::hub {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kIndex = "model.safetensors.index.json";
+
+// The weight files of a model directory: the index's shards, or model.safetensors.
+std::vector<std::string> weight_files(const std::string& dir) {
+  const fs::path index = fs::path(dir) / kIndex;
+  if (!fs::exists(index)) {
+    if (!fs::exists(fs::path(dir) / "model.safetensors"))
+      throw ModelFileError(fmt::format("{}: neither model.safetensors nor {} (only safetensors weights are read)", dir,
+                                       kIndex));
+    return {(fs::path(dir) / "model.safetensors").string()};
+  }
+  std::ifstream in(index);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw ModelFileError(fmt::format("{}: not valid JSON ({})", index.string(), e.what()));
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw ModelFileError(fmt::format("{}: no weight_map object", index.string()));
+  std::set<std::string> files;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string()) throw ModelFileError(fmt::format("{}: tensor '{}': file is not a string", index.string(), name));
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      throw ModelFileError(fmt::format("{}: tensor '{}': '{}' is not a file name in the directory", index.string(),
+                                       name, f.substr(0, 80)));
+    files.insert(f);
+  }
+  std::vector<std::string> paths;
+  for (const auto& f : files) paths.push_back((fs::path(dir) / f).string());
+  return paths;
+}
+
+// Tensors some checkpoints hold that are not parameters: RoPE tables saved by old transformers versions.
+bool ignorable(const std::string& name) { return name.find("rotary_emb.inv_freq") != std::string::npos; }
+
+} // namespace
+
+std::string carried_dir(const std::string& run_dir) { return run_dir + "/hf"; }
+
+HfConfig configure_from_model_dir(config::Config& cfg) {
+  const std::string& dir = cfg.load_parameters_path;
+  if (!fs::is_directory(dir))
+    throw ConfigError(fmt::format("load_parameters_path={}: not a directory (a Hugging Face model directory with "
+                                  "config.json and safetensors is expected)", dir));
+  HfConfig hf = read_hf_config((fs::path(dir) / "config.json").string());
+  apply_hf_config(hf, cfg, dir);
+  return hf;
+}
+
+void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model) {
+  std::vector<SafeTensorsFile> files;
+  std::map<std::string, std::pair<size_t, const TensorInfo*>> where;  // HF name -> (file, entry)
+  for (const auto& path : weight_files(dir)) files.push_back(SafeTensorsFile::open(path));
+  for (size_t f = 0; f < files.size(); ++f)
+    for (const auto& t : files[f].tensors()) {
+      if (where.count(t.name))
+        throw ModelFileError(fmt::format("{}: tensor '{}' is also in {}", files[f].path(), t.name,
+                                         files[where[t.name].first].path()));
+      where[t.name] = {f, &t};
+    }
+  auto params = model.named_parameters();
+  const auto names = tensor_names(*hf.family, hf.num_hidden_layers, hf.tie_word_embeddings);
+  std::set<std::string> expected;
+  for (const auto& [name, ours] : names) expected.insert(name);
+  for (const auto& [name, loc] : where) {
+    if (expected.count(name) || ignorable(name)) continue;
+    if (name == "lm_head.weight" && hf.tie_word_embeddings) {  // a tied model saved with its alias: the embedding rules
+      spdlog::warn("{}: lm_head.weight ignored: tie_word_embeddings is true, so the output is the embedding",
+                   files[loc.first].path());
+      continue;
+    }
+    throw ModelFileError(fmt::format("{}: unexpected tensor '{}' (not part of a {} with this config.json)",
+                                     files[loc.first].path(), name, hf.family->architecture));
+  }
+  at::NoGradGuard no_grad;
+  for (const auto& [name, ours] : names) {
+    auto it = where.find(name);
+    if (it == where.end()) throw ModelFileError(fmt::format("{}: tensor '{}' is missing", dir, name));
+    const SafeTensorsFile& file = files[it->second.first];
+    const TensorInfo& info = *it->second.second;
+    at::Tensor* param = params.find(ours);
+    if (!param) throw std::logic_error(fmt::format("the model has no parameter {} for {}", ours, name));
+    if (info.shape != param->sizes().vec())
+      throw ModelFileError(fmt::format("{}: tensor '{}' has shape {}, but config.json makes it {}", file.path(), name,
+                                       c10::str(c10::IntArrayRef(info.shape)), c10::str(param->sizes())));
+    param->copy_(file.view(info));
+    file.release(info);
+  }
+}
+
+void carry_model_files(const std::string& dir, const std::string& run_dir) {
+  const fs::path to = carried_dir(run_dir);
+  fs::create_directories(to);
+  std::vector<std::string> carried;
+  for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                           "tokenizer.model", "special_tokens_map.json", "generation_config.json"}) {
+    if (!fs::exists(fs::path(dir) / name)) continue;
+    fs::copy_file(fs::path(dir) / name, to / name, fs::copy_options::overwrite_existing);
+    carried.push_back(name);
+  }
+  json weights = json::array();
+  for (const auto& path : weight_files(dir))
+    weights.push_back({{"file", fs::path(path).filename().string()}, {"bytes", fs::file_size(path)}});
+  write_json_file((to / "source.json").string(), {{"load_parameters_path", fs::absolute(dir).string()},
+                                                  {"weights", weights}, {"carried", carried}});
+}
+
+} // namespace shadowgrad::hub

@@ -1,0 +1,290 @@
+// src/hub: our safetensors reader refuses every malformed file with a ModelFileError (exit 2 in the apps) naming the
+// file and the tensor, never crashing or allocating what a header claims; a written file reads back bit for bit;
+// config.json's two forms read the same; a model directory with a missing, unexpected or mis-shaped tensor is
+// refused. The tie: one parameter, whose shadow receives both uses' gradients (against plain autograd's .grad).
+// The case tagged [can_skip] is the logits probe tests/hf_parity_test.py drives (skipped without it).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "Skip.h"
+#include "TinyConfig.h"
+#include "accumulate/ShadowAccumulator.h"
+#include "hub/ConfigMapping.h"
+#include "hub/Export.h"
+#include "hub/HfConfig.h"
+#include "hub/Import.h"
+#include "hub/SafeTensors.h"
+#include "model/Decoder.h"
+
+using namespace shadowgrad;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string file_bytes(const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = char(uint64_t(header.size()) >> (8 * i));
+  return out + header + data;
+}
+
+// The message of the ModelFileError parse_safetensors throws for `bytes` ("" when it throws none).
+std::string parse_error(const std::string& bytes) {
+  try {
+    hub::parse_safetensors(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), "bad.safetensors");
+  } catch (const hub::ModelFileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+fs::path scratch(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("sg_hub_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A tiny Llama config.json in v5 form.
+json tiny_llama_json(bool tied) {
+  return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 64}, {"hidden_size", 32},
+          {"intermediate_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+          {"head_dim", 8}, {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5}, {"hidden_act", "silu"},
+          {"tie_word_embeddings", tied}, {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000.0}}},
+          {"dtype", "float32"}};
+}
+
+config::Config configured(const fs::path& dir) {
+  auto c = tiny_config();
+  c.load_parameters_path = dir.string();
+  hub::configure_from_model_dir(c);
+  return c;
+}
+
+// Writes a model directory holding `model`'s weights (an export of a from-scratch model) with `edit` applied to the
+// tensor list before writing.
+void write_model_dir(const fs::path& dir, bool tied,
+                     const std::function<void(std::vector<std::pair<std::string, at::Tensor>>&)>& edit) {
+  hub::write_json_file((dir / "config.json").string(), tiny_llama_json(tied));
+  auto c = configured(dir);
+  model::Decoder m(model::DecoderOptions::from_config(c));
+  auto params = m->named_parameters();
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& [hf, ours] : hub::tensor_names(hub::llama_family(), 2, tied)) tensors.emplace_back(hf, params[ours]);
+  edit(tensors);
+  hub::write_safetensors((dir / "model.safetensors").string(), tensors, {{"format", "pt"}});
+}
+
+std::string load_error(const fs::path& dir) {
+  try {
+    auto c = configured(dir);
+    model::Decoder m(model::DecoderOptions::from_config(c));
+    hub::load_hf_weights(dir.string(), hub::read_hf_config((dir / "config.json").string()), *m);
+  } catch (const hub::ModelFileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("safetensors: every malformed header is a ModelFileError naming the file and the tensor", "[hub]") {
+  const std::string f32x2 = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  REQUIRE(parse_error(file_bytes(f32x2, std::string(8, '\0'))).empty());
+  CHECK_THAT(parse_error("\x01\x02"), Catch::Contains("bad.safetensors") && Catch::Contains("too short"));
+  std::string past = file_bytes(f32x2, std::string(8, '\0'));
+  past[0] = char(0xff);  // header length 255 + the rest, past the end
+  CHECK_THAT(parse_error(past), Catch::Contains("past the end"));
+  std::string absurd = file_bytes(f32x2, "");
+  absurd[7] = char(0x7f);  // ~9e18 bytes: refused from the length alone
+  CHECK_THAT(parse_error(absurd), Catch::Contains("past the end"));
+  CHECK_THAT(parse_error(file_bytes("{\"w\":", "")), Catch::Contains("not valid JSON"));
+  CHECK_THAT(parse_error(file_bytes("[1,2]", "")), Catch::Contains("not a JSON object"));
+  CHECK_THAT(parse_error(file_bytes(std::string(100000, '[') + std::string(100000, ']'), "")),
+             Catch::Contains("nests deeper"));
+  struct Case {
+    std::string header, data, expect;
+  };
+  const std::vector<Case> cases = {
+      {R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0'), "unknown dtype 'Q4'"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", std::string(8, '\0'), "out of the data section"},
+      {R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(12, '\0'), "shape [3] of F32 is 12 bytes"},
+      {R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", std::string(8, '\0'),
+       "needs more bytes than"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       std::string(12, '\0'), "overlaps"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+       std::string(12, '\0'), "a gap"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", std::string(12, '\0'), "end at byte 8"},
+      {R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", std::string(8, '\0'), "non-negative integer"},
+      {R"({"w":{"dtype":"F32","shape":[2]}})", std::string(8, '\0'), "has no 'data_offsets'"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"format":1}})", std::string(8, '\0'),
+       "__metadata__"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.header);
+    const std::string message = parse_error(file_bytes(c.header, c.data));
+    CHECK_THAT(message, Catch::Contains(c.expect) && Catch::Contains("bad.safetensors"));
+    if (c.expect.find("__metadata__") == std::string::npos && c.expect.find("end at byte") == std::string::npos)
+      CHECK_THAT(message, Catch::Contains("'w'"));
+  }
+}
+
+TEST_CASE("safetensors: a written file reads back bit for bit, also at offsets not aligned to the dtype", "[hub]") {
+  const auto dir = scratch("roundtrip");
+  const std::string path = (dir / "m.safetensors").string();
+  auto a = at::randn({3, 5}), b = at::randn({7}).to(at::kBFloat16), h = at::randn({2, 2}).to(at::kHalf);
+  hub::write_safetensors(path, {{"b", b}, {"a", a}, {"h", h}}, {{"format", "pt"}});  // b first: a starts at 14 bytes
+  auto f = hub::SafeTensorsFile::open(path);
+  CHECK(at::equal(f.view(*f.find("a")), a));
+  CHECK(at::equal(f.view(*f.find("b")), b));
+  CHECK(at::equal(f.view(*f.find("h")), h));
+  CHECK(f.find("missing") == nullptr);
+  std::ofstream(dir / "short.safetensors") << "abc";
+  CHECK_THROWS_AS(hub::SafeTensorsFile::open((dir / "short.safetensors").string()), hub::ModelFileError);
+  CHECK_THROWS_AS(hub::SafeTensorsFile::open((dir / "absent.safetensors").string()), hub::ModelFileError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("config.json: v4 and v5 forms read the same; what we cannot train is refused naming field and value", "[hub]") {
+  const auto dir = scratch("config");
+  auto read = [&](const json& j) {
+    hub::write_json_file((dir / "config.json").string(), j);
+    return hub::read_hf_config((dir / "config.json").string());
+  };
+  json v5 = tiny_llama_json(false);
+  v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 32}};
+  json v4 = v5;
+  v4.erase("rope_parameters");
+  v4.erase("dtype");
+  v4["torch_dtype"] = "bfloat16";
+  v4["rope_theta"] = 500000.0;
+  v4["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                        {"original_max_position_embeddings", 32}};
+  const auto a = read(v5), b = read(v4);
+  CHECK(a.rope_theta == 500000.0);
+  CHECK(b.rope_theta == 500000.0);
+  CHECK(a.rope_scaling.type == config::RopeType::llama3);
+  CHECK(b.rope_scaling.type == config::RopeType::llama3);
+  CHECK(b.rope_scaling.factor == 8.0);
+  CHECK(b.rope_scaling.original_max_position == 32);
+  CHECK(b.dtype == "bfloat16");
+  // Written: both forms, read back the same.
+  const json written = hub::to_json(a);
+  CHECK(written["rope_theta"] == 500000.0);
+  CHECK(written["rope_parameters"]["rope_theta"] == 500000.0);
+  CHECK(written["rope_scaling"]["rope_type"] == "llama3");
+  CHECK(read(written).rope_scaling.high_freq_factor == 4.0);
+
+  auto refused = [&](const std::string& key, const json& value) {
+    json j = tiny_llama_json(false);
+    j[key] = value;
+    try {
+      read(j);
+    } catch (const hub::ModelFileError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(refused("hidden_act", "gelu"), Catch::Contains("hidden_act = \"gelu\""));
+  CHECK_THAT(refused("mlp_bias", true), Catch::Contains("mlp_bias = true"));
+  CHECK_THAT(refused("attention_bias", true), Catch::Contains("attention_bias = true"));
+  CHECK_THAT(refused("architectures", {"GPT2LMHeadModel"}), Catch::Contains("GPT2LMHeadModel"));
+  CHECK_THAT(refused("rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e4}}),
+             Catch::Contains("rope_type = \"yarn\""));
+  CHECK_THAT(refused("num_hidden_layers", -1), Catch::Contains("num_hidden_layers = -1"));
+
+  // The shape comes from config.json; a model key given that disagrees names both values.
+  hub::write_json_file((dir / "config.json").string(), tiny_llama_json(false));
+  auto c = tiny_config();
+  c.load_parameters_path = dir.string();
+  c.base_emb_dim = 48;
+  c.given_keys.insert("base_emb_dim");
+  CHECK_THROWS_WITH(hub::configure_from_model_dir(c), Catch::Contains("base_emb_dim=48") && Catch::Contains("hidden_size=32"));
+  // Mistral's sliding window may not cut attention inside max_target_length.
+  json mistral = tiny_llama_json(false);
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["sliding_window"] = 8;
+  hub::write_json_file((dir / "config.json").string(), mistral);
+  auto m = tiny_config();
+  m.load_parameters_path = dir.string();
+  CHECK_THROWS_WITH(hub::configure_from_model_dir(m), Catch::Contains("sliding_window = 8"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("model directory: a missing, unexpected or mis-shaped tensor is refused naming file and tensor", "[hub]") {
+  const auto dir = scratch("weights");
+  write_model_dir(dir, false, [](auto&) {});
+  CHECK(load_error(dir).empty());
+  write_model_dir(dir, false, [](auto& t) { t.erase(t.begin() + 3); });
+  CHECK_THAT(load_error(dir), Catch::Contains("'model.layers.0.self_attn.k_proj.weight' is missing"));
+  write_model_dir(dir, false, [](auto& t) { t.emplace_back("model.layers.9.mlp.up_proj.weight", at::zeros({2})); });
+  CHECK_THAT(load_error(dir), Catch::Contains("unexpected tensor 'model.layers.9.mlp.up_proj.weight'"));
+  write_model_dir(dir, false, [](auto& t) { t[0].second = at::zeros({64, 31}); });
+  CHECK_THAT(load_error(dir), Catch::Contains("model.safetensors: tensor 'model.embed_tokens.weight' has shape [64, 31]"));
+  CHECK_THROWS_AS(hub::safetensors_dtype(at::kDouble), std::invalid_argument);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("tied output: one parameter, and its shadow holds both uses' gradients", "[hub]") {
+  auto c = tiny_config();
+  c.logits_via_embedding = true;
+  model::Decoder plain(model::DecoderOptions::from_config(c));
+  model::Decoder folded(model::DecoderOptions::from_config(c));
+  int64_t outputs = 0;
+  for (const auto& p : plain->named_parameters()) outputs += p.key() == "output";
+  CHECK(outputs == 0);
+  CHECK(plain->output_weight().data_ptr() == plain->named_parameters()["embedding"].data_ptr());
+  auto tokens = at::randint(64, {2, 16}, at::kLong);
+  auto loss_of = [&](model::Decoder& m) { return m->forward(tokens).logsumexp(-1).mean(); };
+  loss_of(plain).backward();
+  accumulate::ShadowAccumulator acc(folded->parameters(), at::kFloat);
+  folded->set_weight_casts({[&](const at::Tensor& p, c10::ScalarType d) { return acc.cast(p, d); },
+                            [&](const at::Tensor& p, const at::Tensor& i, c10::ScalarType d) {
+                              return acc.gather_rows(p, i, d);
+                            }});
+  acc.begin();
+  loss_of(folded).backward();
+  acc.end();
+  const auto& embedding_grad = plain->named_parameters()["embedding"].grad();
+  const auto& shadow = acc.shadows()[0];  // the embedding is the first parameter
+  CHECK(at::allclose(shadow, embedding_grad, 1e-6, 1e-7));
+  // Both uses reached it: a row whose token is in the input differs from the output projection's part alone.
+  model::Decoder untied(model::DecoderOptions::from_config(c));
+  {
+    at::NoGradGuard no_grad;
+    untied->named_parameters()["embedding"].copy_(plain->named_parameters()["embedding"]);
+  }
+  auto h = untied->hidden(tokens).detach();  // the same hidden states, with no path back into the embedding
+  at::linear(h, untied->named_parameters()["embedding"]).logsumexp(-1).mean().backward();
+  const auto output_part = untied->named_parameters()["embedding"].grad();
+  const int64_t used = tokens[0][0].item<int64_t>();
+  CHECK(at::allclose(shadow, output_part, 1e-6, 1e-7) == false);
+  CHECK_FALSE(at::allclose(shadow[used], output_part[used], 1e-5, 1e-7));
+}
+
+// Run by tests/hf_parity_test.py: the logits of the model directory $SHADOWGRAD_HF_LOGITS on its tokens.safetensors
+// ("tokens": [B,T], as F32), written to ours.safetensors ("logits": [B,T,V] fp32). The comparison is made there.
+TEST_CASE("hub: logits of a model directory, for tests/hf_parity_test.py", "[hub][can_skip]") {
+  const char* dir = std::getenv("SHADOWGRAD_HF_LOGITS");
+  if (!dir) SG_SKIP("SHADOWGRAD_HF_LOGITS is not set (tests/hf_parity_test.py sets it)");
+  auto input = hub::SafeTensorsFile::open(std::string(dir) + "/tokens.safetensors");
+  auto tokens = input.view(*input.find("tokens")).to(at::kLong);
+  auto c = tiny_config();
+  c.max_target_length = tokens.size(1);
+  c.load_parameters_path = dir;
+  const auto hf = hub::configure_from_model_dir(c);
+  model::Decoder m(model::DecoderOptions::from_config(c));
+  hub::load_hf_weights(dir, hf, *m);
+  at::NoGradGuard no_grad;
+  hub::write_safetensors(std::string(dir) + "/ours.safetensors", {{"logits", m->forward(tokens)}}, {});
+}
