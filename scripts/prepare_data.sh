@@ -5,11 +5,13 @@
 # Cost: apt-get of ~2.5 MB the first time; ~4.3 MB of text; tokenizer training and encoding take about a minute
 # on 2 cores; writes ~3 MB into the output directory.
 #
-# Usage: scripts/prepare_data.sh [--out DIR] [--vocab-size N] [--val-fraction F] [--text FILE]
+# Usage: scripts/prepare_data.sh [--out DIR] [--vocab-size N] [--val-fraction F] [--text FILE] [--model-dir DIR]
 #   --out DIR         where corpus.txt, tokenizer.model, train.bin and val.bin go (default data/kjv)
 #   --vocab-size N    SentencePiece pieces (default 4096); the trainer then needs vocab_size=N
 #   --val-fraction F  fraction of documents (chapters) held out for eval_dataset_path (default 0.05)
 #   --text FILE       tokenize this text instead of the KJV (documents separated by blank lines)
+#   --model-dir DIR   encode with a Hugging Face model directory's own tokenizer.json (scripts/hf_tokenize.py)
+#                     instead of training a SentencePiece one, for fine-tuning that model (load_parameters_path=DIR)
 # Re-running with the same arguments reuses DIR's files. Prints the trainer command to use.
 # Exit: 0 ok; 1 failure; 2 bad usage.
 set -euo pipefail
@@ -19,13 +21,14 @@ die() {
   echo "prepare_data.sh: $*" >&2
   exit 2
 }
-out=data/kjv vocab=4096 fraction=0.05 text=""
+out=data/kjv vocab=4096 fraction=0.05 text="" model_dir=""
 while (($#)); do
   case $1 in
   -h | --help) sed -n '/^# Usage:/,/^# Exit:/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" && exit 0 ;;
-  --out | --vocab-size | --val-fraction | --text)
+  --out | --vocab-size | --val-fraction | --text | --model-dir)
     (($# >= 2)) || die "$1 needs a value"
-    case $1 in --out) out=$2 ;; --vocab-size) vocab=$2 ;; --val-fraction) fraction=$2 ;; --text) text=$2 ;; esac
+    case $1 in --out) out=$2 ;; --vocab-size) vocab=$2 ;; --val-fraction) fraction=$2 ;; --text) text=$2 ;;
+      --model-dir) model_dir=$2 ;; esac
     shift
     ;;
   *) die "unknown argument $1 (see --help)" ;;
@@ -54,6 +57,12 @@ if [[ -z $text ]]; then
   echo "corpus: $text ($(grep -c '^$' "$text") chapter breaks, $(wc -c <"$text") bytes)"
 fi
 
+if [[ -n $model_dir ]]; then
+  [[ -f $model_dir/tokenizer.json ]] || die "$model_dir has no tokenizer.json (scripts/prepare_model.sh makes one)"
+  "$SHADOWGRAD_PYTHON" "$SHADOWGRAD_ROOT/scripts/hf_tokenize.py" "$model_dir" "$text" "$out" --val-fraction "$fraction"
+  echo "train it: build/trainer base.yml load_parameters_path=$model_dir dataset_type=tokens dataset_path=$out/train.bin eval_dataset_path=$out/val.bin dtype=float32"
+  exit 0
+fi
 if [[ -s $out/train.bin && -s $out/val.bin && -s $out/tokenizer.model && $out/train.bin -nt $text ]]; then
   echo "prepare_data.sh: $out already holds train.bin, val.bin and tokenizer.model (delete them to redo)"
 else

@@ -202,6 +202,9 @@ def main():
                     if not os.path.exists(os.path.join(REPO, "configs", args[0])) and not os.path.exists(
                             os.path.join(REPO, args[0])):
                         continue  # a config the docs create on the way (e.g. runs/x/config.yml)
+                    if any(a.startswith("load_parameters_path=") and not os.path.isdir(
+                            os.path.join(REPO, a.split("=", 1)[1])) for a in args):
+                        continue  # a model directory scripts/prepare_model.sh makes
                     env = dict(os.environ, HOME=os.environ.get("HOME", "/tmp"))
                     r = run([os.path.join(BUILD, "trainer"), *args, "--print-config"], env=env)
                     if expect_error and r.returncode != 2:

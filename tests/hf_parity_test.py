@@ -199,11 +199,12 @@ def eval_loss_case(trainer, model_dir, work, tokens, windows_count, tol):
     """The trainer's eval_loss over the first windows of a token file (learning_rate=0, so one step changes
     nothing) against transformers' loss over the same windows."""
     os.makedirs(work, exist_ok=True)
-    data = os.path.join(work, "eval.bin")
+    data, train = os.path.join(work, "eval.bin"), os.path.join(work, "train.bin")
     write_tokens(data, tokens)
+    write_tokens(train, tokens[::-1])  # training reads it; lr 0 changes nothing
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     run([trainer, "base.yml", f"load_parameters_path={model_dir}", "dtype=float32", "dataset_type=tokens",
-         f"dataset_path={data}", f"eval_dataset_path={data}", f"max_target_length={T_eval}", "per_device_batch_size=1",
+         f"dataset_path={train}", f"eval_dataset_path={data}", f"max_target_length={T_eval}", "per_device_batch_size=1",
          "gradient_accumulation_steps=1", "steps=1", "learning_rate=0", "adam_weight_decay=0", "eval_interval=1",
          f"eval_steps={windows_count}", "eval_per_device_batch_size=1", f"base_output_directory={work}",
          "run_name=eval", "enable_checkpointing=false", "num_threads=0"])

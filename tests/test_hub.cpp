@@ -154,7 +154,7 @@ TEST_CASE("safetensors: a written file reads back bit for bit, also at offsets n
   fs::remove_all(dir);
 }
 
-TEST_CASE("config.json: v4 and v5 forms read the same; what we cannot train is refused naming field and value", "[hub]") {
+TEST_CASE("config.json: v4 and v5 forms read the same, and what we cannot train is refused naming field and value", "[hub]") {
   const auto dir = scratch("config");
   auto read = [&](const json& j) {
     hub::write_json_file((dir / "config.json").string(), j);

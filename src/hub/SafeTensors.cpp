@@ -18,6 +18,8 @@
 
 namespace shadowgrad::hub {
 
+using nlohmann::json;
+
 SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw ModelFileError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));

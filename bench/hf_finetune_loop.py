@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""The fine-tuning loop a transformers user writes, for docs/performance.md's comparison with the trainer on a Hugging
+Face model: LlamaForCausalLM (SDPA attention) in fp32, torch.optim.AdamW(fused=True), K microbatches of 1 x T tokens
+per step with `loss / K` into .grad, eager or under torch.compile. The windows are the trainer's (example j of the run
+at offset mix64(...) % (n - T), src/data/TokenSource.cpp), so both train on the same tokens.
+Prints one line: steady-state tokens/s over steps 2..STEPS (the first step, with compilation, is not counted).
+
+Usage: hf_finetune_loop.py MODEL_DIR TOKENS.bin [--steps 3] [--k 4] [--seq 512] [--compile] [--threads 2]
+"""
+import argparse
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import transformers
+
+MASK64 = (1 << 64) - 1
+
+
+def mix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def read_llmc(path):
+    with open(path, "rb") as f:
+        magic, version, count = struct.unpack("<3i", f.read(12))
+        f.seek(1024)
+        return np.frombuffer(f.read(), dtype=np.uint16 if version == 1 else np.uint32)[:count]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("model_dir")
+    p.add_argument("tokens")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    tokens = read_llmc(a.tokens)
+    model = transformers.AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=torch.float32,
+                                                              attn_implementation="sdpa")
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+    forward = torch.compile(model) if a.compile else model
+    n = len(tokens)
+    j = 0
+    times = []
+    for step in range(a.steps):
+        start = time.perf_counter()
+        for _ in range(a.k):
+            o = mix64(mix64(mix64(0) ^ 0) ^ j) % (n - a.seq)
+            j += 1
+            w = torch.from_numpy(tokens[o:o + a.seq + 1].astype(np.int64))[None]
+            logits = forward(input_ids=w[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), w[0, 1:])
+            (loss / a.k).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    steady = times[1:] or times
+    print(f"tokens_per_s {a.k * a.seq * len(steady) / sum(steady):.1f} loss {loss.item():.4f} "
+          f"step_s {' '.join(f'{t:.2f}' for t in times)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
