@@ -62,8 +62,15 @@ json tiny_llama_json(bool tied) {
           {"dtype", "float32"}};
 }
 
-config::Config configured(const fs::path& dir) {
+// tiny.yml's own model keys count as given: a model directory's config.json is to set them here.
+config::Config untouched_tiny_config() {
   auto c = tiny_config();
+  c.given_keys.clear();
+  return c;
+}
+
+config::Config configured(const fs::path& dir) {
+  auto c = untouched_tiny_config();
   c.load_parameters_path = dir.string();
   hub::configure_from_model_dir(c);
   return c;
@@ -205,7 +212,7 @@ TEST_CASE("config.json: v4 and v5 forms read the same, and what we cannot train 
 
   // The shape comes from config.json; a model key given that disagrees names both values.
   hub::write_json_file((dir / "config.json").string(), tiny_llama_json(false));
-  auto c = tiny_config();
+  auto c = untouched_tiny_config();
   c.load_parameters_path = dir.string();
   c.base_emb_dim = 48;
   c.given_keys.insert("base_emb_dim");
@@ -215,7 +222,7 @@ TEST_CASE("config.json: v4 and v5 forms read the same, and what we cannot train 
   mistral["architectures"] = {"MistralForCausalLM"};
   mistral["sliding_window"] = 8;
   hub::write_json_file((dir / "config.json").string(), mistral);
-  auto m = tiny_config();
+  auto m = untouched_tiny_config();
   m.load_parameters_path = dir.string();
   CHECK_THROWS_WITH(hub::configure_from_model_dir(m), Catch::Contains("sliding_window = 8"));
   fs::remove_all(dir);
@@ -279,7 +286,7 @@ TEST_CASE("hub: logits of a model directory, for tests/hf_parity_test.py", "[hub
   if (!dir) SG_SKIP("SHADOWGRAD_HF_LOGITS is not set (tests/hf_parity_test.py sets it)");
   auto input = hub::SafeTensorsFile::open(std::string(dir) + "/tokens.safetensors");
   auto tokens = input.view(*input.find("tokens")).to(at::kLong);
-  auto c = tiny_config();
+  auto c = untouched_tiny_config();
   c.max_target_length = tokens.size(1);
   c.load_parameters_path = dir;
   const auto hf = hub::configure_from_model_dir(c);
