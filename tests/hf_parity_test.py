@@ -100,7 +100,7 @@ def hf_logits(model, tokens):
 
 def our_logits(tests_bin, model_dir, tokens):
     save_file({"tokens": tokens.float()}, os.path.join(model_dir, "tokens.safetensors"))
-    run([tests_bin, "hub: logits of a model directory, for tests/hf_parity_test.py"],
+    run([tests_bin, "hub: logits of a model directory for tests/hf_parity_test.py", "--warn", "NoTests"],
         env={**os.environ, "SHADOWGRAD_HF_LOGITS": model_dir})
     return load_file(os.path.join(model_dir, "ours.safetensors"))["logits"]
 
@@ -170,13 +170,15 @@ def run_case(name, args, tokens, data):
     reference = build(family, extra)
     reference.load_state_dict(model.state_dict())
     reference.train()
-    opt = torch.optim.AdamW(reference.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    # eps 1e-6, not 1e-8: an element whose gradient is at the rounding level (seen: 9e-10 against our 8e-9 in the GQA
+    # case's embedding) is blown up to about +-lr by eps=1e-8 in both implementations, with signs neither controls.
+    opt = torch.optim.AdamW(reference.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-6, weight_decay=0.1)
     for step in range(3):
         opt.zero_grad()
         hf_step_grads(reference, tokens, step)
         opt.step()
     out = train(trainer, export_hf, model_dir, data, work, name + "-adamw",
-                ["steps=3", "opt_type=adamw", "learning_rate=1e-3", "adam_b1=0.9", "adam_b2=0.95", "adam_eps=1e-8",
+                ["steps=3", "opt_type=adamw", "learning_rate=1e-3", "adam_b1=0.9", "adam_b2=0.95", "adam_eps=1e-6",
                  "adam_weight_decay=0.1"])
     w3 = load_file(os.path.join(out, "model.safetensors"))
     ref = by_hf_name(reference)

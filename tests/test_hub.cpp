@@ -281,7 +281,7 @@ TEST_CASE("tied output: one parameter, and its shadow holds both uses' gradients
 
 // Run by tests/hf_parity_test.py: the logits of the model directory $SHADOWGRAD_HF_LOGITS on its tokens.safetensors
 // ("tokens": [B,T], as F32), written to ours.safetensors ("logits": [B,T,V] fp32). The comparison is made there.
-TEST_CASE("hub: logits of a model directory, for tests/hf_parity_test.py", "[hub][can_skip]") {
+TEST_CASE("hub: logits of a model directory for tests/hf_parity_test.py", "[hub][can_skip]") {
   const char* dir = std::getenv("SHADOWGRAD_HF_LOGITS");
   if (!dir) SG_SKIP("SHADOWGRAD_HF_LOGITS is not set (tests/hf_parity_test.py sets it)");
   auto input = hub::SafeTensorsFile::open(std::string(dir) + "/tokens.safetensors");
