@@ -397,7 +397,7 @@ class ApiTest(unittest.TestCase):
         self.assertGreater(acc.global_norm(), 0)
         acc.zero_()
         self.assertEqual(acc.global_norm(), 0)
-        self.assertIn("ShadowAccumulator(7 parameters, grad_dtype=torch.float32", repr(acc))
+        self.assertIn("ShadowAccumulator(6 parameters, grad_dtype=torch.float32", repr(acc))
 
 
 if __name__ == "__main__":
