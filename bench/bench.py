@@ -296,7 +296,10 @@ def main():
     p.add_argument("--warmup", type=int, default=2, help="first steps of each run left out")
     p.add_argument("--repeats", type=int, default=3, help="alternating rounds (one run of every arm) per dtype")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads for everything; 0 = all cores")
-    p.add_argument("--dtypes", default="bfloat16,float32")
+    p.add_argument("--dtypes", default="auto",
+                   help="comma list of float32, bfloat16; auto (default): both where the CPU has avx512_bf16 or AMX, "
+                   "float32 alone elsewhere, where bf16 matmuls run hundreds of times slower for every arm "
+                   "(docs/performance.md, Compute dtype)")
     p.add_argument("--scaling-ks", default="1,2,4,8", help="K values of the scaling table (pdbs=1)")
     p.add_argument("--scaling-steps", type=int, default=0, help="steps per scaling run; 0 = max(warmup+2, steps/2)")
     p.add_argument("--ga-steps", type=int, default=0, help="steps per GA-overhead run; 0 = --steps")
@@ -329,6 +332,8 @@ def main():
 
     env = dict(os.environ)
     flags = cpu_flags()
+    if a.dtypes == "auto":
+        a.dtypes = "bfloat16,float32" if {"avx512_bf16", "amx_bf16"} & set(flags) else "float32"
     inherited_coretype = env.get("OPENBLAS_CORETYPE", "(unset)")
     if "avx512_bf16" in flags:
         # The trainer sets this itself when it is unset (re-exec). Here it is set for all three processes, over

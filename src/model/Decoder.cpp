@@ -36,7 +36,7 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.attention_bias = c.attention_bias;
   o.qk_norm = c.use_qk_norm;
   o.tied_output = c.logits_via_embedding;
-  o.compute_dtype = config::scalar_type(c.dtype);
+  o.compute_dtype = config::scalar_type(config::resolve_compute_dtype(c.dtype, c.hardware));
   o.weight_dtype = config::scalar_type(c.weight_dtype);
   o.init_seed = static_cast<uint64_t>(c.init_weights_seed);
   o.hoist_weight_cast = c.hoist_weight_cast;
