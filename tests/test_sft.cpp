@@ -309,7 +309,7 @@ double max_rel_diff(const Accumulated& a, const Accumulated& b) {
 
 } // namespace
 
-TEST_CASE("K=4 ragged SFT microbatches = one big batch (1e-6); a mean of microbatch means fails (> 1e-3)",
+TEST_CASE("K=4 ragged SFT microbatches = one big batch (1e-6), and a mean of microbatch means fails (> 1e-3)",
           "[sft][exact]") {
   const std::string path = sft_file("ragged", ragged_examples(64, 14, 64, 11));
   for (bool packing : {false, true}) {
@@ -352,7 +352,7 @@ TEST_CASE("K=4 ragged SFT microbatches = one big batch (1e-6); a mean of microba
   }
 }
 
-TEST_CASE("a global batch with no target is skipped: no update, no NaN", "[sft][exact]") {
+TEST_CASE("a global batch with no target is skipped (no update, no NaN)", "[sft][exact]") {
   Examples e;
   for (int i = 0; i < 4; ++i) {  // prompts only
     e.tokens.push_back({1, 2, 3, uint32_t(4 + i)});
