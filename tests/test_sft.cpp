@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include "Gradients.h"
 #include "TinyConfig.h"
 #include "TokenFiles.h"
 #include "TrainerProcess.h"
@@ -90,31 +91,19 @@ std::string write_bytes(const std::string& name, const std::string& bytes) {
   return path;
 }
 
-// Loss (sum over every target / all targets) and the parameters' gradients over all rows of `rows`.
-struct LossAndGrads {
-  double loss;
-  std::vector<at::Tensor> grads;
-};
+using gradients::Gradients;
+using gradients::max_rel_diff;
 
-LossAndGrads loss_and_grads(model::Decoder& model, const data::Batch& rows, bool with_layout = true) {
+// Loss (sum over every target / all targets) and the parameters' gradients over all rows of `rows`.
+Gradients loss_and_grads(model::Decoder& model, const data::Batch& rows, bool with_layout = true) {
   for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
   const auto seg = with_layout ? rows.segments : at::Tensor(), pos = with_layout ? rows.positions : at::Tensor();
   auto sum = train::linear_token_loss_sum(model->hidden(rows.tokens, seg, pos), model->output_weight(), rows.targets);
   auto loss = sum / double(rows.valid_tokens());
   loss.backward();
-  LossAndGrads out{loss.item<double>(), {}};
+  Gradients out{loss.item<double>(), {}};
   for (auto& p : model->parameters()) out.grads.push_back(p.grad().clone());
   return out;
-}
-
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-30);
-}
-
-double max_rel_diff(const LossAndGrads& a, const LossAndGrads& b) {
-  double worst = std::abs(a.loss - b.loss) / std::abs(b.loss);
-  for (size_t i = 0; i < a.grads.size(); ++i) worst = std::max(worst, rel_diff(a.grads[i], b.grads[i]));
-  return worst;
 }
 
 } // namespace
@@ -284,30 +273,7 @@ TEST_CASE("packed = unpacked: the same examples give the same loss and gradient 
   }
 }
 
-namespace {
-
-struct Accumulated {
-  double loss;
-  std::vector<at::Tensor> grads;
-};
-
-Accumulated accumulate_step0(const config::Config& c) {
-  auto source = data::make_source(data::DataOptions::from_config(c));
-  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
-                        *source, c10::Device(c10::kCPU));
-  auto acc = step.accumulate_batch(0);
-  Accumulated g{acc.loss, {}};
-  for (const auto& s : step.accumulator().shadows()) g.grads.push_back(s.to(at::kFloat).clone());
-  return g;
-}
-
-double max_rel_diff(const Accumulated& a, const Accumulated& b) {
-  double worst = std::abs(a.loss - b.loss) / std::abs(b.loss);
-  for (size_t i = 0; i < a.grads.size(); ++i) worst = std::max(worst, rel_diff(a.grads[i], b.grads[i]));
-  return worst;
-}
-
-} // namespace
+using gradients::accumulate_step0;
 
 TEST_CASE("K=4 ragged SFT microbatches = one big batch (1e-6), and a mean of microbatch means fails (> 1e-3)",
           "[sft][exact]") {
@@ -341,7 +307,7 @@ TEST_CASE("K=4 ragged SFT microbatches = one big batch (1e-6), and a mean of mic
     }
     acc.end();
     REQUIRE(*std::min_element(counts.begin(), counts.end()) < *std::max_element(counts.begin(), counts.end()));
-    Accumulated wrong{loss, {}};
+    Gradients wrong{loss, {}};
     for (const auto& s : acc.shadows()) wrong.grads.push_back(s.clone());
     const double wrong_err = max_rel_diff(wrong, big);
     INFO("the mean of means: " << wrong_err);
