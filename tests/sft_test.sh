@@ -36,15 +36,16 @@ for s in train val; do
 done
 head -1 "$tmp/prepare_train.log"
 sft=(dataset_type=sft "dataset_path=$tmp/train.sft" "eval_dataset_path=$tmp/val.sft" eval_interval=3
-     max_target_length=16 enable_checkpointing=false)
+     max_target_length=16)
 
-run() {  # run NAME NPROC key=value...: NPROC=0 is the trainer alone
-  local name=$1 n=$2 rc=0
-  shift 2
+run() {  # run NAME NPROC STEPS key=value...: NPROC=0 is the trainer alone
+  local name=$1 n=$2 steps=$3 rc=0
+  shift 3
   if ((n == 0)); then
-    "$TRAINER" "${tiny[@]}" "${sft[@]}" steps=6 run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+    "$TRAINER" "${tiny[@]}" "${sft[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 || rc=$?
   else
-    "$launch" --nproc "$n" "${tiny[@]}" "${sft[@]}" steps=6 run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+    "$launch" --nproc "$n" "${tiny[@]}" "${sft[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 ||
+      rc=$?
   fi
   ((rc == 0)) || { cat "$tmp/$name.log" >&2; fail "run $name ($n processes) exited $rc"; }
 }
@@ -57,8 +58,8 @@ close() {  # close A B METRIC RTOL
 
 for packing in true false; do
   echo "== packing=$packing: 2 processes K=2 against 1 process K=4 (global batch 8 rows)"
-  run "p1_$packing" 0 packing=$packing per_device_batch_size=2 gradient_accumulation_steps=4
-  run "p2_$packing" 2 packing=$packing per_device_batch_size=2 gradient_accumulation_steps=2
+  run "p1_$packing" 0 6 packing=$packing per_device_batch_size=2 gradient_accumulation_steps=4
+  run "p2_$packing" 2 6 packing=$packing per_device_batch_size=2 gradient_accumulation_steps=2
   close "p2_$packing" "p1_$packing" loss 1e-5
   close "p2_$packing" "p1_$packing" eval_loss 1e-5
   # The ranks' halves of a global batch hold different target counts: the case a per-rank mean gets wrong.
@@ -71,20 +72,20 @@ echo "mean padding fraction: packed $(pad p1_true), unpacked $(pad p1_false)"
 python3 -c "import sys; sys.exit(0 if $(pad p1_true) < $(pad p1_false) else 1)" || fail "packing did not pad less"
 
 echo "== resume: 3 steps then 6 (2 processes) bitwise against 6 straight; then 1 process from a 2-process checkpoint"
-ck=(enable_checkpointing=true checkpoint_period=3)
-run straight 2 "${ck[@]}"
-run resumed 2 "${ck[@]}" steps=3
-run resumed 2 "${ck[@]}"
+ck=(checkpoint_period=3 learning_rate_schedule_steps=6)
+run straight 2 6 "${ck[@]}"
+run resumed 2 3 "${ck[@]}"
+run resumed 2 6 "${ck[@]}"
 cmp <(grep -o '"loss":[^,]*' "$runs/straight/metrics.jsonl") <(grep -o '"loss":[^,]*' "$runs/resumed/metrics.jsonl") ||
   fail "a resumed SFT run's losses differ from the straight run's"
-run elastic 2 "${ck[@]}" steps=3
-run elastic 0 "${ck[@]}" gradient_accumulation_steps=2
+run elastic 2 3 "${ck[@]}"
+run elastic 0 6 "${ck[@]}" gradient_accumulation_steps=2
 close elastic straight loss 1e-5
 
 echo "== eval over every held-out example once: packed = unpacked, any eval batch size (learning_rate=0)"
-run eval_packed_b3 0 learning_rate=0 packing=true eval_per_device_batch_size=3 steps=1
-run eval_unpacked_b5 0 learning_rate=0 packing=false eval_per_device_batch_size=5 steps=1
-run eval_unpacked_b1 0 learning_rate=0 packing=false eval_per_device_batch_size=1 steps=1
+run eval_packed_b3 0 1 learning_rate=0 packing=true eval_per_device_batch_size=3
+run eval_unpacked_b5 0 1 learning_rate=0 packing=false eval_per_device_batch_size=5
+run eval_unpacked_b1 0 1 learning_rate=0 packing=false eval_per_device_batch_size=1
 close eval_packed_b3 eval_unpacked_b5 eval_loss 1e-6
 close eval_unpacked_b1 eval_unpacked_b5 eval_loss 1e-6
 grep -q 'the 37 rows of' "$tmp/eval_unpacked_b5.log" || fail "unpacked eval should cover 37 rows (one per example)"

@@ -24,10 +24,11 @@ Evaluator::Evaluator(const config::Config& c, int world_size)
   if (source_->eval_pads_past_end()) {
     // SFT: every held-out example once, whatever the batch: the last batch's missing rows are empty (no target).
     batches_ = c.eval_steps > 0 ? c.eval_steps : (capacity + global - 1) / global;
-    spdlog::info("eval_loss every {} and after the last: the {} rows of {} ({} batches of {} rows)",
+    spdlog::info("eval_loss every {} and after the last: {} {} rows of {} ({} batches of {} rows)",
                  interval_sequences_ > 0 ? fmt::format("{} training sequences", interval_sequences_)
                                          : fmt::format("{} steps", interval_),
-                 capacity, c.eval_dataset_path, batches_, global);
+                 c.eval_steps > 0 ? fmt::format("at most {} of the", batches_ * global) : "the", capacity,
+                 c.eval_dataset_path, batches_, global);
     return;
   }
   batches_ = c.eval_steps > 0 ? c.eval_steps : capacity / global;
