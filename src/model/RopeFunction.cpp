@@ -24,7 +24,8 @@ struct RopeFunction : torch::autograd::Function<RopeFunction> {
                             double scale, const at::Tensor& positions) {
     RECORD_FUNCTION("shadowgrad::rope", std::vector<c10::IValue>());  // a row of its own in profiler=trace
     auto xc = x.contiguous(), c = cos.contiguous(), s = sin.contiguous();
-    auto p = positions.defined() ? positions.contiguous() : positions;
+    // An empty `positions` stands for none (autograd's apply() cannot take an undefined tensor).
+    auto p = positions.numel() > 0 ? positions.contiguous() : at::Tensor();
     ctx->save_for_backward({c, s});
     ctx->saved_data["scale"] = scale;
     if (p.defined()) ctx->saved_data["positions"] = p;
@@ -88,8 +89,8 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
     throw std::invalid_argument(fmt::format("rope: positions must be [B,T] int64 for x {}, got {}",
                                             c10::str(x.sizes()), c10::str(positions.sizes())));
   const bool on_cpu = !positions.defined() || positions.device().is_cpu();
-  return fusable && on_cpu ? RopeFunction::apply(x, cos, sin, scale, positions)
-                           : rope_aten(x, cos, sin, scale, positions);
+  if (!(fusable && on_cpu)) return rope_aten(x, cos, sin, scale, positions);
+  return RopeFunction::apply(x, cos, sin, scale, positions.defined() ? positions : at::empty({0}, at::kLong));
 }
 
 } // namespace shadowgrad::model
