@@ -33,13 +33,13 @@ data=$out/data
 [[ -s $data/val.sft ]] || "$SHADOWGRAD_ROOT/scripts/prepare_jargon_sft.sh" --out "$data"
 model=(base_emb_dim=192 base_num_query_heads=6 base_num_kv_heads=2 head_dim=32 base_mlp_dim=512
        base_num_decoder_layers=4 vocab_size=2048 max_target_length=256 dtype=float32 grad_dtype=bfloat16
-       per_device_batch_size=4 gradient_accumulation_steps=4 num_threads=2 learning_rate=2e-3 log_period=10
+       per_device_batch_size=4 gradient_accumulation_steps=4 num_threads=2 log_period=10
        dataset_type=sft "dataset_path=$data/train.sft" "eval_dataset_path=$data/val.sft" enable_checkpointing=true
        "base_output_directory=$out/runs")
 trainer() { "$SHADOWGRAD_ROOT/build/trainer" base.yml "${model[@]}" "$@" "${extra[@]}"; }
 # Before: the initial weights, evaluated after one step that cannot move them.
 trainer run_name=before steps=1 learning_rate=0 eval_interval=1 >"$out/before.log" 2>&1
-trainer run_name=after "steps=$steps" eval_interval=50 >"$out/after.log" 2>&1
+trainer run_name=after "steps=$steps" learning_rate=2e-3 eval_interval=50 >"$out/after.log" 2>&1
 eval_loss() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["eval_loss"])' "$out/runs/$1/summary.json"; }
 echo "held-out completion loss: before $(eval_loss before), after $(eval_loss after) ($steps steps)"
 grep -m1 'examples, .* tokens' "$out/after.log" | sed 's/.*dataset_path/dataset_path/'
@@ -56,6 +56,7 @@ print("question:", example["prompt"].replace("\n", " "))
 print("reference:", example["completion"].strip())
 for run in ("before", "after"):
     out = subprocess.run([generate, f"{runs}/{run}", "--prompt-ids", " ".join(map(str, ids)), "--max-new", "60",
-                          "--stop", str(sp.eos_id())], capture_output=True, text=True, check=True).stdout.split()
+                          "--stop", str(sp.eos_id())], capture_output=True, text=True, check=True).stdout
+    out = out.strip().splitlines()[-1].split()  # the ids; the lines before are the checkpoint's log
     print(f"{run}:", sp.decode([int(t) for t in out if int(t) != sp.eos_id()]))
 PY
