@@ -8,6 +8,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include "Gradients.h"
 #include "TinyConfig.h"
 #include "accumulate/ShadowAccumulator.h"
 #include "data/DataSource.h"
@@ -19,31 +20,10 @@ using namespace shadowgrad;
 
 namespace {
 
-struct Gradients {
-  double loss;
-  std::vector<at::Tensor> grads;  // fp32 copies of the shadow tree
-};
-
-Gradients accumulate_step0(config::Config c) {
-  auto source = data::make_source(data::DataOptions::from_config(c));
-  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
-                        *source, c10::Device(c10::kCPU));
-  auto acc = step.accumulate_batch(0);
-  Gradients g{acc.loss, {}};
-  for (const auto& s : step.accumulator().shadows()) g.grads.push_back(s.to(at::kFloat).clone());
-  return g;
-}
-
-// max |a - b| / max |b| over one tensor: a relative error that tiny entries cannot inflate.
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-30);
-}
-
-double max_rel_diff(const Gradients& a, const Gradients& b) {
-  double worst = std::abs(a.loss - b.loss) / std::abs(b.loss);
-  for (size_t i = 0; i < a.grads.size(); ++i) worst = std::max(worst, rel_diff(a.grads[i], b.grads[i]));
-  return worst;
-}
+using gradients::accumulate_step0;
+using gradients::Gradients;
+using gradients::max_rel_diff;
+using gradients::rel_diff;
 
 config::Config split(config::Config c, int64_t k, int64_t batch) {
   c.gradient_accumulation_steps = k;

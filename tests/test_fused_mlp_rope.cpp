@@ -107,6 +107,11 @@ RopeCase rope_case(int64_t B, int64_t T, int64_t H, int64_t D, uint64_t seed) {
           at::cat({angles.sin(), angles.sin()}, -1).to(at::kFloat), at::randn({B, H, T, D}, gen)};
 }
 
+// model::rope without positions (its last argument has a default, which a function pointer does not carry).
+at::Tensor rope_fused(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, double scale) {
+  return model::rope(x, cos, sin, scale);
+}
+
 template <class F>
 Result rope_run(F f, const RopeCase& c, c10::ScalarType dtype, double scale) {
   const auto cos = c.cos.to(dtype), sin = c.sin.to(dtype);
@@ -183,7 +188,7 @@ TEST_CASE("swiglu falls back to the ATen ops for other dtypes", "[fused]") {
 TEST_CASE("rope in fp32 gives the ATen expression's values forward and backward", "[fused]") {
   for (double scale : {1.0, 0.125, 1.0 / std::sqrt(96.0)}) {
     for (auto c : {rope_case(2, 37, 3, 10, 6), rope_case(1, 19, 8, 64, 7), rope_case(3, 5, 2, 2, 8)}) {
-      auto fused = rope_run(model::rope, c, at::kFloat, scale), ref = rope_run(rope_aten, c, at::kFloat, scale);
+      auto fused = rope_run(rope_fused, c, at::kFloat, scale), ref = rope_run(rope_aten, c, at::kFloat, scale);
       REQUIRE(fused.out.is_contiguous());
       CHECK(same_values(fused.out, ref.out.contiguous()));
       CHECK(same_values(fused.grads[0], ref.grads[0]));
@@ -193,7 +198,7 @@ TEST_CASE("rope in fp32 gives the ATen expression's values forward and backward"
 
 TEST_CASE("rope in bf16 is rounded once and within bf16 rounding of the ATen expression", "[fused]") {
   auto c = rope_case(2, 37, 3, 22, 9);
-  auto fused = rope_run(model::rope, c, at::kBFloat16, 0.125), ref = rope_run(rope_aten, c, at::kBFloat16, 0.125);
+  auto fused = rope_run(rope_fused, c, at::kBFloat16, 0.125), ref = rope_run(rope_aten, c, at::kBFloat16, 0.125);
   REQUIRE(fused.out.scalar_type() == at::kBFloat16);
   CHECK(rel_diff(fused.out, ref.out) < 1e-2);
   CHECK(rel_diff(fused.grads[0], ref.grads[0]) < 1e-2);
@@ -205,11 +210,35 @@ TEST_CASE("rope in bf16 is rounded once and within bf16 rounding of the ATen exp
   CHECK_FALSE(rounded_once(ref.out, exact.out, 1e-6));  // the ATen expression rounds three times
 }
 
+TEST_CASE("rope with positions rotates each token by its own position's row, forward and backward", "[fused][sft]") {
+  auto c = rope_case(2, 11, 3, 8, 12);
+  // Row 0 packs examples of 4, 3, 2, 1 and 1 tokens (positions restart); row 1 starts at position 5.
+  auto pos = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 0, 1, 0, 0, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+                        at::kLong).view({2, 11});
+  auto x = c.x.clone().requires_grad_(true), x_ref = c.x.clone().requires_grad_(true);
+  auto out = model::rope(x, c.cos, c.sin, 0.125, pos);  // [B,H,T,D]
+  std::vector<at::Tensor> rows;  // the reference: each token alone, through the ATen expression at its position
+  for (int64_t b = 0; b < 2; ++b) {
+    std::vector<at::Tensor> tokens;
+    for (int64_t t = 0; t < 11; ++t) {
+      const int64_t p = pos[b][t].item<int64_t>();
+      tokens.push_back(rope_aten(x_ref.slice(0, b, b + 1).slice(1, t, t + 1), c.cos.slice(0, p, p + 1),
+                                 c.sin.slice(0, p, p + 1), 0.125));  // [1,H,1,D]
+    }
+    rows.push_back(at::cat(tokens, 2));
+  }
+  auto ref = at::cat(rows, 0);
+  CHECK(same_values(out, ref));
+  (out * c.grad_out).sum().backward();
+  (ref * c.grad_out).sum().backward();
+  CHECK(same_values(x.grad(), x_ref.grad()));
+}
+
 TEST_CASE("rope gives the same bits with 1 and 2 threads", "[fused]") {
   auto c = rope_case(3, 67, 5, 22, 10);  // 1005 rows: several blocks
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    auto one = with_threads(1, [&] { return rope_run(model::rope, c, dtype, 0.125); });
-    auto two = with_threads(2, [&] { return rope_run(model::rope, c, dtype, 0.125); });
+    auto one = with_threads(1, [&] { return rope_run(rope_fused, c, dtype, 0.125); });
+    auto two = with_threads(2, [&] { return rope_run(rope_fused, c, dtype, 0.125); });
     CHECK(same_values(one.out, two.out));
     CHECK(same_values(one.grads[0], two.grads[0]));
   }
@@ -220,7 +249,7 @@ TEST_CASE("rope passes NaN through", "[fused]") {
     auto c = rope_case(2, 7, 3, 10, 11);
     c.x[1][4][2][3] = NAN;         // reaches y[1][2][4] at d = 3 and its partner d = 8
     c.grad_out[0][1][5][9] = NAN;  // reaches grad x[0][5][1] at d = 9 and d = 4
-    auto fused = rope_run(model::rope, c, dtype, 0.125), ref = rope_run(rope_aten, c, dtype, 0.125);
+    auto fused = rope_run(rope_fused, c, dtype, 0.125), ref = rope_run(rope_aten, c, dtype, 0.125);
     CHECK(at::isnan(fused.out).sum().item<int64_t>() == 2);
     CHECK(at::isnan(fused.out)[1][2][4][8].item<bool>());
     CHECK(same_values(at::isnan(fused.out), at::isnan(ref.out.contiguous())));
@@ -232,7 +261,7 @@ TEST_CASE("rope passes NaN through", "[fused]") {
 
 TEST_CASE("rope falls back to the ATen expression for fp16 and refuses odd head_dim", "[fused]") {
   auto c = rope_case(2, 9, 3, 10, 12);
-  auto fused = rope_run(model::rope, c, at::kHalf, 0.125), ref = rope_run(rope_aten, c, at::kHalf, 0.125);
+  auto fused = rope_run(rope_fused, c, at::kHalf, 0.125), ref = rope_run(rope_aten, c, at::kHalf, 0.125);
   CHECK(same_values(fused.out, ref.out.contiguous()));
   CHECK(same_values(fused.grads[0], ref.grads[0]));
   CHECK_THROWS_AS(model::rope(at::zeros({1, 2, 1, 3}), at::zeros({2, 3}), at::zeros({2, 3}), 1.0),

@@ -136,6 +136,8 @@ void validate(const Config& c) {
     fail("dataset_type=text needs dataset_path=<a text file>");
   if (c.dataset_type == DatasetType::tokens && c.dataset_path.empty())
     fail("dataset_type=tokens needs dataset_path=<a token file> (build/tokenize writes train.bin)");
+  if (c.dataset_type == DatasetType::sft && c.dataset_path.empty())
+    fail("dataset_type=sft needs dataset_path=<an SFT file> (scripts/prepare_sft.sh writes one from JSONL)");
   if (c.dataset_type == DatasetType::synthetic && !c.dataset_path.empty())
     fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text or tokens to use it",
                      c.dataset_path));

@@ -26,6 +26,10 @@ struct DataOptions {
   int64_t max_length = 128;  // max_target_length: tokens per example
   double synthetic_min_length_fraction = 0.5;
   int64_t eval_interval = -1;  // <= 0: no eval source
+  // dataset_type=sft (SftSource.h)
+  bool packing = true;
+  bool sft_train_on_completion_only = true;
+  config::SftLongExamples sft_long_examples = config::SftLongExamples::truncate;
 
   static DataOptions from_config(const config::Config& cfg);
 };

@@ -24,6 +24,9 @@ class DataSource {
   virtual Batch eval_examples(int64_t first, int64_t count) const = 0;
   // How many eval examples there are: (tokens - 1) / T for a file; -1 for endless synthetic data.
   virtual int64_t eval_capacity() const = 0;
+  // True when eval_examples past eval_capacity() are empty rows (no target): the evaluator then covers every row,
+  // the last batch part empty, instead of the whole batches only (SFT: every held-out example once).
+  virtual bool eval_pads_past_end() const { return false; }
 };
 
 // Builds the source the options ask for. Throws DataError for a missing, empty, binary, malformed or too-short

@@ -39,7 +39,7 @@ Batch SyntheticSource::examples(int64_t step, int64_t first, int64_t count) cons
       tgt[i][t] = x;
     }
   }
-  return {tokens, targets};
+  return {tokens, targets, {}, {}};  // no segments or positions: plain causal windows
 }
 
 } // namespace shadowgrad::data

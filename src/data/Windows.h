@@ -24,7 +24,7 @@ Batch read_windows(int64_t count, int64_t max_length, OffsetOf offset_of, Copy c
     std::copy(window.begin(), window.end() - 1, tok);
     std::copy(window.begin() + 1, window.end(), tgt);
   }
-  return {tokens, targets};
+  return {tokens, targets, {}, {}};  // no segments or positions: plain causal windows
 }
 
 } // namespace shadowgrad::data

@@ -16,6 +16,12 @@ inline int64_t transposed_row(int64_t r, const RopeShape& s) {
   return (b * s.heads + h) * s.length + t;
 }
 
+// The cos/sin table row of x's row r: its position, gathered when the sequence is packed.
+inline int64_t table_row(int64_t r, const RopeShape& s) {
+  const int64_t bt = r / s.heads;  // b * length + t
+  return s.positions ? s.positions[bt] : bt % s.length;
+}
+
 // x * cos + cat(-x2, x1) * sin, then the scale: the products, sum and scaling of the ATen expression, in its order.
 template <class T>
 __attribute__((always_inline)) inline void forward_rows(const T* __restrict x, const T* __restrict cos,
@@ -23,7 +29,7 @@ __attribute__((always_inline)) inline void forward_rows(const T* __restrict x, c
                                                         float scale, int64_t begin, int64_t end) {
   const int64_t D = s.head_dim, half = D / 2;
   for (int64_t r = begin; r < end; ++r) {
-    const int64_t t = (r / s.heads) % s.length;
+    const int64_t t = table_row(r, s);
     const T* in = x + r * D;
     const T *c = cos + t * D, *sn = sin + t * D;
     T* out = y + transposed_row(r, s) * D;
@@ -43,7 +49,7 @@ __attribute__((always_inline)) inline void backward_rows(const T* __restrict gra
                                                          float scale, int64_t begin, int64_t end) {
   const int64_t D = s.head_dim, half = D / 2;
   for (int64_t r = begin; r < end; ++r) {
-    const int64_t t = (r / s.heads) % s.length;
+    const int64_t t = table_row(r, s);
     const T* gy = grad_y + transposed_row(r, s) * D;
     const T *c = cos + t * D, *sn = sin + t * D;
     T* gx = grad_x + r * D;

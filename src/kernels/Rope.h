@@ -6,7 +6,8 @@
 //             gx1 = g1 * cos1 + g2 * sin2 and gx2 = g2 * cos2 - g1 * sin1 (halves of g, cos[t], sin[t]).
 // fp32 math in the order of the ATen expression it replaces, each output rounded once into the storage type: in
 // fp32 the result is bit for bit the ATen expression's (this file is built with -ffp-contract=off). cos and sin
-// are [>= T, D] row-major tables in the storage type. Element-wise: the result does not depend on the thread count.
+// are [>= T, D] row-major tables in the storage type. With `positions` set ([B,T] int64, packed sequences), token
+// (b, t) reads the tables' row positions[b*T + t] instead of row t. Element-wise: the result does not depend on the thread count.
 //
 //   kernels::RopeShape s{B, T, H, D};
 //   kernels::rope_forward(x.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), y.data_ptr<float>(),
@@ -17,6 +18,7 @@ namespace shadowgrad::kernels {
 
 struct RopeShape {
   int64_t batch, length, heads, head_dim;  // head_dim even
+  const int64_t* positions = nullptr;      // [batch, length] table rows, or null: row t for position t
 };
 
 void rope_forward(const float* x, const float* cos, const float* sin, float* y, RopeShape shape, float scale);

@@ -141,9 +141,13 @@ torch::Tensor DecoderImpl::rms_norm(const torch::Tensor& x, const torch::Tensor&
   return y.to(options_.compute_dtype);
 }
 
-torch::Tensor DecoderImpl::apply_rope(const torch::Tensor& x) const {  // x [B,H,T,D]; fused_kernels=false
+torch::Tensor DecoderImpl::apply_rope(const torch::Tensor& x, const torch::Tensor& positions) const {
   const int64_t T = x.size(2), half = x.size(3) / 2;
   auto cos = rope_cos_.slice(0, 0, T), sin = rope_sin_.slice(0, 0, T);
+  if (positions.defined()) {  // each token's own row of the tables: [B,1,T,D], broadcast over heads
+    cos = rope_cos_.index_select(0, positions.flatten()).view({x.size(0), 1, T, -1});
+    sin = rope_sin_.index_select(0, positions.flatten()).view({x.size(0), 1, T, -1});
+  }
   auto rotated = at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
 }
@@ -153,16 +157,16 @@ torch::Tensor DecoderImpl::block_norm(const torch::Tensor& x, const torch::Tenso
   return rematerialise({x}, [this, &weight](const std::vector<at::Tensor>& in) { return rms_norm(in[0], weight); });
 }
 
-torch::Tensor DecoderImpl::block(const Block& b, const torch::Tensor& x) {
-  auto body = [this, &b](const std::vector<at::Tensor>& in) {
-    auto y = in[0] + attention(b, in[0]);
+torch::Tensor DecoderImpl::block(const Block& b, const torch::Tensor& x, const Layout& layout) {
+  auto body = [this, &b, layout](const std::vector<at::Tensor>& in) {
+    auto y = in[0] + attention(b, in[0], layout);
     return y + mlp(b, y);
   };
   if (options_.remat == DecoderOptions::Remat::full) return rematerialise({x}, body);
   return body({x});
 }
 
-torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x) {
+torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x, const Layout& layout) {
   const auto& o = options_;
   const int64_t B = x.size(0), T = x.size(1), G = o.num_kv_heads;
   auto h = block_norm(x, b.attn_norm);
@@ -170,27 +174,32 @@ torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x) {
   auto k = head_norm(project(h, b.wk, b.bk).view({B, T, G, o.head_dim}), b.k_norm);
   auto v = project(h, b.wv, b.bv).view({B, T, G, o.head_dim});
   auto out = minimal() ? rematerialise({q, k, v},
-                                       [this](const std::vector<at::Tensor>& in) {
-                                         return attention_core(in[0], in[1], in[2]);
+                                       [this, layout](const std::vector<at::Tensor>& in) {
+                                         return attention_core(in[0], in[1], in[2], layout);
                                        })
-                       : attention_core(q, k, v);
+                       : attention_core(q, k, v, layout);
   return at::linear(out, compute(b.wo));
 }
 
 torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const torch::Tensor& k_proj,
-                                          const torch::Tensor& v) const {
+                                          const torch::Tensor& v, const Layout& layout) const {
   const auto& o = options_;
   const int64_t B = q_proj.size(0), T = q_proj.size(1), G = o.num_kv_heads, R = o.num_query_heads / o.num_kv_heads;
   // Rotate, scale the small side (q; 1/sqrt(64) is a power of two, so exact), and move to [B,H,T,D]: one fused
   // pass each (model/RopeFunction.h), or the ATen op chain.
   const double scale = 1.0 / std::sqrt(double(o.head_dim));
-  auto q = o.fused_kernels ? rope(q_proj, rope_cos_, rope_sin_, scale) : apply_rope(q_proj.transpose(1, 2)).mul_(scale);
-  auto k = o.fused_kernels ? rope(k_proj, rope_cos_, rope_sin_, 1.0) : apply_rope(k_proj.transpose(1, 2));
+  const auto& pos = layout.positions;
+  auto q = o.fused_kernels ? rope(q_proj, rope_cos_, rope_sin_, scale, pos)
+                           : apply_rope(q_proj.transpose(1, 2), pos).mul_(scale);
+  auto k = o.fused_kernels ? rope(k_proj, rope_cos_, rope_sin_, 1.0, pos) : apply_rope(k_proj.transpose(1, 2), pos);
   // Grouped-query attention without copying K/V: the R query heads of a group are stacked along the
   // row dimension, so one batched matmul per group serves them all.
   auto qg = q.reshape({B, G, R * T, o.head_dim});  // a view of the fused RoPE's contiguous output
   auto scores = at::matmul(qg, k.transpose(-2, -1));
-  scores.view({B, G, R, T, T}).add_(causal_mask_.slice(0, 0, T).slice(1, 0, T));
+  if (layout.mask.defined())
+    scores.view({B, G, R, T, T}).add_(layout.mask);
+  else
+    scores.view({B, G, R, T, T}).add_(causal_mask_.slice(0, 0, T).slice(1, 0, T));
   // Softmax in the compute dtype: the kernel accumulates in fp32 and rounds once, as a fp32 softmax followed by
   // a cast would, without two extra fp32 [T x T] tensors per head (measured in docs/performance.md).
   auto probs = at::softmax(scores, -1).view({B, G, R * T, T});
@@ -212,20 +221,46 @@ torch::Tensor DecoderImpl::mlp(const Block& b, const torch::Tensor& x) {
   return at::linear(gated, compute(b.w_down));
 }
 
-torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens) { return at::linear(hidden(tokens), output_weight()); }
+DecoderImpl::Layout DecoderImpl::block_causal_layout(const torch::Tensor& tokens, const torch::Tensor& segments,
+                                                     const torch::Tensor& positions) const {
+  for (const auto* t : {&segments, &positions})
+    if (t->defined() && t->sizes() != tokens.sizes())
+      throw std::invalid_argument(fmt::format("segments and positions must be shaped like tokens {}, got {}",
+                                              c10::str(tokens.sizes()), c10::str(t->sizes())));
+  if (positions.defined() && positions.numel() > 0 &&
+      (positions.min().item<int64_t>() < 0 || positions.max().item<int64_t>() >= options_.max_length))
+    throw std::invalid_argument(fmt::format("positions must lie in [0, {})", options_.max_length));
+  Layout layout{{}, positions};
+  if (!segments.defined()) return layout;
+  // Allowed: same segment and not later. Built once per forward, shared by every layer.
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  auto same = segments.unsqueeze(2).eq(segments.unsqueeze(1));  // [B,T,T]: query i, key j
+  auto allowed = same.logical_and_(causal_mask_.slice(0, 0, T).slice(1, 0, T).eq(0).unsqueeze(0));
+  layout.mask = at::zeros({B, T, T}, causal_mask_.options())
+                    .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity())
+                    .view({B, 1, 1, T, T});
+  return layout;
+}
+
+torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens, const torch::Tensor& segments,
+                                   const torch::Tensor& positions) {
+  return at::linear(hidden(tokens, segments, positions), output_weight());
+}
 
 torch::Tensor DecoderImpl::output_weight() const { return compute(output_); }
 
-torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens) {
+torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, const torch::Tensor& segments,
+                                  const torch::Tensor& positions) {
   if (tokens.dim() != 2 || tokens.size(1) > options_.max_length)
     throw std::invalid_argument(fmt::format("tokens must be [batch, <= {}], got {}", options_.max_length,
                                             c10::str(tokens.sizes())));
+  const Layout layout = block_causal_layout(tokens, segments, positions);
   // Gather first, then cast: only the rows in use are converted.
   auto flat = tokens.flatten();
   auto rows = casts_.gather ? casts_.gather(embedding_, flat, options_.compute_dtype)
                             : compute(embedding_.index_select(0, flat));
   auto x = rows.view({tokens.size(0), tokens.size(1), -1});
-  for (const auto& b : blocks_) x = block(b, x);
+  for (const auto& b : blocks_) x = block(b, x, layout);
   return rms_norm(x, final_norm_);
 }
 

@@ -7,6 +7,8 @@
 //   shadowgrad::model::Decoder model(options);
 //   torch::Tensor logits = model->forward(tokens);   // tokens [B,T] int64 -> logits [B,T,V] in compute dtype
 //   torch::Tensor h = model->hidden(tokens);         // [B,T,E]; logits == at::linear(h, model->output_weight())
+//   model->hidden(tokens, segments, positions);      // packed rows: attention only within a segment, RoPE at
+//                                                    // `positions` (both [B,T] int64)
 //
 // Weights are stored in options.weight_dtype and cast to options.compute_dtype where they are used, so
 // bf16 compute trains fp32 master weights. Right padding needs no attention mask beyond the causal one:
@@ -25,11 +27,16 @@ class DecoderImpl : public torch::nn::Module {
  public:
   explicit DecoderImpl(const DecoderOptions& options);
 
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // segments, positions: optional [B,T] int64. With segments, token i attends to token j only when j <= i and both
+  // have the same segment id (block-causal: packed sequences never see one another); with positions, RoPE rotates
+  // token i by positions[i] instead of i. Undefined: causal attention over positions 0..T-1.
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& segments = {},
+                        const torch::Tensor& positions = {});
   // The final-normed hidden states [B,T,E] (compute dtype) and the output projection [V,E] (compute dtype):
   // forward(tokens) == at::linear(hidden(tokens), output_weight()). The trainer feeds both to
   // train::linear_token_loss_sum, which never builds fp32 logits for the whole microbatch.
-  torch::Tensor hidden(const torch::Tensor& tokens);
+  torch::Tensor hidden(const torch::Tensor& tokens, const torch::Tensor& segments = {},
+                       const torch::Tensor& positions = {});
   torch::Tensor output_weight() const;
 
   const DecoderOptions& options() const { return options_; }
@@ -58,13 +65,22 @@ class DecoderImpl : public torch::nn::Module {
     torch::Tensor q_norm, k_norm;  // qk_norm; undefined otherwise
   };
 
-  torch::Tensor block(const Block& b, const torch::Tensor& x);
-  torch::Tensor attention(const Block& b, const torch::Tensor& x);
+  // What attention needs beyond the tokens: the block-causal mask [B,1,1,T,T] (0 or -inf, compute dtype) and the
+  // RoPE positions [B,T]; both undefined for plain causal attention at positions 0..T-1.
+  struct Layout {
+    torch::Tensor mask, positions;
+  };
+  Layout block_causal_layout(const torch::Tensor& tokens, const torch::Tensor& segments,
+                             const torch::Tensor& positions) const;
+  torch::Tensor block(const Block& b, const torch::Tensor& x, const Layout& layout);
+  torch::Tensor attention(const Block& b, const torch::Tensor& x, const Layout& layout);
   // softmax(rope(q) rope(k)^T / sqrt(D) + causal) v for the projections q [B,T,H,D], k and v [B,T,G,D] -> [B,T,H*D]
-  torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
+  torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const Layout& layout) const;
   torch::Tensor mlp(const Block& b, const torch::Tensor& x);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
-  torch::Tensor apply_rope(const torch::Tensor& x) const;  // the ATen op chain (fused_kernels=false), x [B,H,T,D]
+  // the ATen op chain (fused_kernels=false), x [B,H,T,D]; positions [B,T] or undefined
+  torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& positions) const;
   torch::Tensor block_norm(const torch::Tensor& x, const torch::Tensor& weight) const;  // rms_norm, remat'd by minimal
   torch::Tensor compute(const torch::Tensor& weight) const;
   // at::linear(x, weight, bias) in the compute dtype; an undefined bias is none.

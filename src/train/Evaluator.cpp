@@ -21,6 +21,16 @@ Evaluator::Evaluator(const config::Config& c, int world_size)
       fused_kernels_(c.fused_kernels) {
   if (!source_) return;
   const int64_t global = batch_ * world_, capacity = source_->eval_capacity();
+  if (source_->eval_pads_past_end()) {
+    // SFT: every held-out example once, whatever the batch: the last batch's missing rows are empty (no target).
+    batches_ = c.eval_steps > 0 ? c.eval_steps : (capacity + global - 1) / global;
+    spdlog::info("eval_loss every {} and after the last: {} {} rows of {} ({} batches of {} rows)",
+                 interval_sequences_ > 0 ? fmt::format("{} training sequences", interval_sequences_)
+                                         : fmt::format("{} steps", interval_),
+                 c.eval_steps > 0 ? fmt::format("at most {} of the", batches_ * global) : "the", capacity,
+                 c.eval_dataset_path, batches_, global);
+    return;
+  }
   batches_ = c.eval_steps > 0 ? c.eval_steps : capacity / global;
   if (capacity >= 0 && capacity < global)
     throw DataError(fmt::format("eval_dataset_path '{}' is shorter than one eval batch: it holds {} windows of "
@@ -57,11 +67,13 @@ double Evaluator::run(model::Decoder& model, c10::Device device, distributed::Da
   for (int64_t b = 0; b < batches_; ++b) {
     data::Batch batch = source_->eval_examples(b * batch_ * world_ + rank * batch_, batch_);
     auto x = batch.tokens.to(device), y = batch.targets.to(device);
+    auto seg = batch.segments.defined() ? batch.segments.to(device) : batch.segments;
+    auto pos = batch.positions.defined() ? batch.positions.to(device) : batch.positions;
     // The training step's own loss function, so eval_loss and loss mean the same thing.
     at::Tensor loss = loss_chunk_tokens_ > 0
-                          ? linear_token_loss_sum(model->hidden(x), model->output_weight(), y, loss_chunk_tokens_,
-                                                  fused_kernels_)
-                          : token_loss_sum(model->forward(x), y);
+                          ? linear_token_loss_sum(model->hidden(x, seg, pos), model->output_weight(), y,
+                                                  loss_chunk_tokens_, fused_kernels_)
+                          : token_loss_sum(model->forward(x, seg, pos), y);
     loss_sum += loss.item<double>();
     tokens += double(batch.valid_tokens());
   }

@@ -16,8 +16,13 @@ std::string format_progress(const ProgressLine& p, int64_t total_steps) {
   std::string gns = p.gns_tokens >= 0 ? fmt::format(" | gns {:.3g} tok", p.gns_tokens) : "";
   // The global batch in sequences: it changes with batch_size_schedule and batch_size_policy=gns.
   std::string batch = p.global_batch > 0 ? fmt::format(" | batch {}", p.global_batch) : "";
-  return fmt::format("step {}/{} | loss {:.4f}{}{}{} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s",
-                     p.step, total_steps, p.loss, eval, gns, batch, p.grad_norm, p.lr, p.tokens_per_s, mem, p.eta_s);
+  // Padded rows (SFT): how many tokens were real and how many of them targets; tok/s counts the real ones.
+  std::string sft = p.target_tokens >= 0 ? fmt::format(" | tokens {} tgt {} pad {:.1f}%", p.input_tokens,
+                                                       p.target_tokens, 100.0 * p.padding_fraction)
+                                         : "";
+  return fmt::format("step {}/{} | loss {:.4f}{}{}{}{} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s",
+                     p.step, total_steps, p.loss, eval, gns, batch, sft, p.grad_norm, p.lr, p.tokens_per_s, mem,
+                     p.eta_s);
 }
 
 Progress::Progress(int64_t total_steps, int64_t log_period, bool live)

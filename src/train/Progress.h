@@ -14,6 +14,9 @@ struct ProgressLine {
   double eval_loss = -1;    // the latest evaluation's, shown until the next one; < 0: none yet
   double gns_tokens = -1;   // gradient noise scale in tokens; < 0 or NaN: none this step
   int64_t global_batch = 0;  // sequences in the step over all processes; 0: not shown
+  // SFT rows: target and input tokens of the step and its padding fraction; target_tokens < 0: not shown.
+  int64_t target_tokens = -1, input_tokens = 0;
+  double padding_fraction = 0;
 };
 
 // The text of one progress line (no newline, no control characters).

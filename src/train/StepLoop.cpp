@@ -127,7 +127,7 @@ class StepLoop {
   // The step's loss, tokens and time in the run's totals.
   void record(int64_t s, const StepStats& st) {
     guard_.record(st);
-    total_tokens_ += st.tokens;
+    total_tokens_ += st.input_tokens;
     summary_.seconds += st.seconds;
     if (s == 0) summary_.first_loss = st.loss;
     summary_.final_loss = st.loss;
@@ -158,8 +158,14 @@ class StepLoop {
     metrics_->write(fields);
     const double eta = summary_.seconds / double(s + 1 - earlier_steps_) * double(cfg_.steps - s - 1);
     const double shown_eval = std::isnan(summary_.eval_loss) ? -1 : summary_.eval_loss;
-    progress_.update({s + 1, st.loss, st.grad_norm, st.lr, st.tokens / st.seconds, eta, peak, shown_eval,
-                      st.noise ? st.noise->gns_tokens : -1.0, st.global_batch});
+    ProgressLine line{s + 1, st.loss, st.grad_norm, st.lr, st.input_tokens / st.seconds, eta, peak, shown_eval,
+                      st.noise ? st.noise->gns_tokens : -1.0, st.global_batch};
+    if (cfg_.dataset_type == config::DatasetType::sft) {
+      line.target_tokens = st.tokens;
+      line.input_tokens = st.input_tokens;
+      line.padding_fraction = st.padding_fraction;
+    }
+    progress_.update(line);
   }
 
   // After step s: the state a checkpoint records; a checkpoint when one is due or every process is stopping (they

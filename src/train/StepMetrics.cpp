@@ -14,7 +14,10 @@ JsonNumbers step_metrics(const StepStats& st, int64_t peak_mem_bytes, int64_t sk
           {"tokens", double(st.tokens)},
           {"global_batch_size", double(st.global_batch)},
           {"step_time_s", st.seconds},
-          {"tokens_per_s", st.tokens / st.seconds},
+          {"tokens_per_s", st.input_tokens / st.seconds},  // real (non-padding) input tokens
+          {"target_tokens", double(st.tokens)},
+          {"input_tokens", double(st.input_tokens)},
+          {"padding_fraction", st.padding_fraction},
           {"peak_mem_bytes", double(peak_mem_bytes)},
           {"skipped_steps", double(skipped_steps)},
           {"data_s", st.data_s},
@@ -22,6 +25,7 @@ JsonNumbers step_metrics(const StepStats& st, int64_t peak_mem_bytes, int64_t sk
           {"backward_s", st.backward_s},
           {"fold_s", st.fold_s},
           {"optimizer_s", st.optimizer_s}};
+  if (st.no_targets) out.push_back({"no_target_skip", 1.0});
   // Only on the steps that measure them (see FoldNumerics in TrainStep.h).
   if (!std::isnan(st.grad_rel_error)) out.push_back({"grad_rel_error", st.grad_rel_error});
   if (!std::isnan(st.underflow_fraction)) out.push_back({"fp16_underflow_fraction", st.underflow_fraction});

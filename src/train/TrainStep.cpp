@@ -108,6 +108,11 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
   data::Batch batch =
       data::read_examples(source_, order_, step, plan.first_sequence, dp_ ? dp_->rank() * local : 0, local);
   sums.tokens = dp_ ? dp_->global_tokens(batch.valid_tokens()) : batch.valid_tokens();
+  // Padding is counted only where a batch has any (SFT rows): language-model windows keep their one all-reduce.
+  sums.row_positions = batch.tokens.numel() * (dp_ ? dp_->world_size() : 1);
+  sums.input_tokens = !batch.segments.defined() ? sums.tokens
+                      : dp_                     ? dp_->global_tokens(batch.real_tokens())
+                                                : batch.real_tokens();
   const bool poisoned = nan_fault_hook() && nan_fault_hook()(step);
   const double inv_tokens = poisoned         ? std::numeric_limits<double>::quiet_NaN()  // set_nan_fault_hook (tests)
                             : sums.tokens > 0 ? 1.0 / double(sums.tokens)
@@ -123,11 +128,14 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
     data::Batch micro = batch.slice(m * micro_batch_, micro_batch_);
     if (noise_) micro_tokens.push_back(micro.valid_tokens());
     auto tokens = micro.tokens.to(device_), targets = micro.targets.to(device_);
+    auto segments = micro.segments.defined() ? micro.segments.to(device_) : micro.segments;
+    auto positions = micro.positions.defined() ? micro.positions.to(device_) : micro.positions;
     sums.data_s += seconds_since(mark);
     at::Tensor loss = options_.loss_chunk_tokens > 0
-                          ? linear_token_loss_sum(model_->hidden(tokens), model_->output_weight(), targets,
-                                                  options_.loss_chunk_tokens, options_.fused_kernels)
-                          : token_loss_sum(model_->forward(tokens), targets);
+                          ? linear_token_loss_sum(model_->hidden(tokens, segments, positions),
+                                                  model_->output_weight(), targets, options_.loss_chunk_tokens,
+                                                  options_.fused_kernels)
+                          : token_loss_sum(model_->forward(tokens, segments, positions), targets);
     sums.forward_s += seconds_since(mark);
     if (dp_) dp_->before_backward(*accumulator_, m == micro_steps_ - 1);  // overlap: the last backward sends buckets
     (loss * inv_tokens).backward();
@@ -217,6 +225,8 @@ StepStats TrainStep::run(int64_t step, const StepBatch& batch) {
   const Accumulated sums = accumulate_batch(step, batch);
   s.loss = sums.loss;
   s.tokens = sums.tokens;
+  s.input_tokens = sums.input_tokens;
+  s.padding_fraction = 1.0 - double(sums.input_tokens) / double(std::max<int64_t>(1, sums.row_positions));
   static_cast<PhaseSeconds&>(s) = sums;
   static_cast<FoldNumerics&>(s) = sums;
   auto mark = Clock::now();
@@ -227,7 +237,13 @@ StepStats TrainStep::run(int64_t step, const StepBatch& batch) {
   s.grad_norm = accumulator_->clip_global_norm_(options_.clip_threshold);
   s.lr = schedule_(step) * batch.lr_factor;
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
-  if (s.skipped) {
+  // No target anywhere in the global batch (SFT rows that are all prompt): nothing to learn, and AdamW would still
+  // move the weights (momentum, decay). Every process sees the same global count, so all skip together.
+  s.no_targets = sums.tokens == 0 && !s.skipped;
+  if (s.no_targets)
+    spdlog::warn("step {}: the global batch has no target token (every token is prompt or padding); update skipped",
+                 step + 1);
+  if (s.skipped || s.no_targets) {
     accumulator_->zero_();
   } else {
     set_learning_rate(*optimizer_, s.lr);

@@ -69,6 +69,8 @@ struct NoiseScaleInputs {
 struct Accumulated : PhaseSeconds, FoldNumerics {
   double loss = 0;
   int64_t tokens = 0;
+  int64_t input_tokens = 0;   // non-padding tokens fed to the model (Batch::real_tokens), over all processes
+  int64_t row_positions = 0;  // rows x max_target_length over all processes: input_tokens plus the padding
   NoiseScaleInputs noise;
 };
 
@@ -79,6 +81,10 @@ struct StepStats : PhaseSeconds, FoldNumerics {
   double grad_norm = 0;    // global norm of the accumulated gradient, before clipping
   double lr = 0;
   int64_t tokens = 0;      // valid target tokens in the global batch
+  int64_t input_tokens = 0;  // non-padding input tokens in the global batch (what tokens/s counts)
+  double padding_fraction = 0;  // 1 - input_tokens / (rows x max_target_length)
+  bool no_targets = false;  // the global batch had no valid target (every token prompt or padding): no update, the
+                            // same on every process since the count is global
   double seconds = 0;
   double optimizer_s = 0;  // clip + optimizer update
   bool skipped = false;    // loss or grad_norm was non-finite: no update; parameters and optimizer state untouched

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""scripts/prepare_sft.sh end to end: each JSONL form, read back from the binary file by an independent parser that
+follows docs/data.md; --max-length truncation and dropping; bad lines exit 2 naming FILE:LINE.
+
+Usage: prepare_sft_test.py REPO   (run by the venv's python: it needs tokenizers, transformers and numpy)
+A tiny word-level Hugging Face tokenizer with a chat template is built here, so nothing is downloaded.
+Cost: ~10 s (transformers' import, five runs of the script).
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+REPO = sys.argv[1]
+SCRIPT = os.path.join(REPO, "scripts", "prepare_sft.sh")
+WORDS = ("the a of cat dog sat on mat what is capital france paris answer question hello hi below instruction "
+         "describes task write response that appropriately completes request paired with input provides further "
+         "context ### Below Write Instruction: Input: Response: . ,").split()
+TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|> {% endif %}")
+
+
+def make_tokenizer(directory):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    specials = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
+    vocab = {w: i for i, w in enumerate(specials + WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   additional_special_tokens=specials[3:])
+    fast.chat_template = TEMPLATE
+    fast.save_pretrained(directory)
+    return vocab
+
+
+def read_sft(path):
+    """The SFT file by docs/data.md: header, uint32 tokens, uint8 flags padded to 8, uint64 offsets."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"SGSFT\0\0\0", data[:8]
+    version, width, n, tokens, targets, max_id = struct.unpack_from("<IIQQQI", data, 8)
+    assert (version, width) == (1, 4)
+    ids = list(struct.unpack_from(f"<{tokens}I", data, 64))
+    flags = list(data[64 + 4 * tokens: 64 + 5 * tokens])
+    at = 64 + 4 * tokens + (tokens + 7) // 8 * 8
+    offsets = list(struct.unpack_from(f"<{n + 1}Q", data, at))
+    assert len(data) == at + 8 * (n + 1)
+    assert sum(flags) == targets and max(ids) == max_id
+    return [(ids[a:b], flags[a:b]) for a, b in zip(offsets, offsets[1:])]
+
+
+def run(args, expect=0):
+    env = dict(os.environ, SHADOWGRAD_VENV=sys.prefix)  # this interpreter's venv
+    r = subprocess.run([SCRIPT] + args, capture_output=True, text=True, env=env)
+    if r.returncode != expect:
+        sys.exit(f"FAIL: prepare_sft.sh {' '.join(args)} exited {r.returncode}, expected {expect}\n{r.stdout}{r.stderr}")
+    return r.stdout + r.stderr
+
+
+def jsonl(directory, name, rows):
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        for row in rows:
+            f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
+    return path
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit(f"FAIL: {what}")
+    print(f"ok: {what}")
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="sg_prepare_sft_")
+    vocab = make_tokenizer(os.path.join(d, "tok"))
+    v = lambda text: [vocab[w] for w in text.split()]
+    tok = ["--tokenizer", os.path.join(d, "tok")]
+
+    # prompt/completion: the completion and EOS are targets.
+    src = jsonl(d, "pc.jsonl", [{"prompt": "what is the capital of france", "completion": "paris"}, "",
+                                {"prompt": "hello", "completion": "hi hi"}])
+    out = run([src, os.path.join(d, "pc.sft")] + tok)
+    ex = read_sft(os.path.join(d, "pc.sft"))
+    eos = vocab["</s>"]
+    check(ex[0] == (v("what is the capital of france") + v("paris") + [eos], [0] * 6 + [1, 1]),
+          "prompt/completion: prompt flagged 0, completion and EOS 1")
+    check(ex[1][1] == [0, 1, 1, 1], "a blank line is skipped")
+    check("2 examples" in out and "5 target tokens" in out and "dropped: 0" in out, "the counts are printed")
+
+    # Alpaca, with and without input.
+    src = jsonl(d, "alpaca.jsonl", [{"instruction": "write the answer", "input": "cat", "output": "dog"},
+                                    {"instruction": "write the answer", "output": "mat"}])
+    run([src, os.path.join(d, "alpaca.sft")] + tok)
+    ex = read_sft(os.path.join(d, "alpaca.sft"))
+    check(ex[0][0][-2:] == [vocab["dog"], eos] and ex[0][1][-2:] == [1, 1] and sum(ex[0][1]) == 2,
+          "alpaca: only the output and EOS are targets")
+    check(vocab["Input:"] in ex[0][0] and vocab["Input:"] not in ex[1][0], "alpaca: the input section only with input")
+
+    # messages through the chat template: assistant turns only.
+    conv = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+            {"role": "user", "content": "what is the capital of france"}, {"role": "assistant", "content": "paris"}]
+    src = jsonl(d, "chat.jsonl", [{"messages": conv}])
+    run([src, os.path.join(d, "chat.sft")] + tok)
+    ids, flags = read_sft(os.path.join(d, "chat.sft"))[0]
+    targets = [t for t, f in zip(ids, flags) if f]
+    check(targets == v("hi") + [vocab["<|end|>"]] + v("paris") + [vocab["<|end|>"]],
+          "messages: the assistant turns (content and end marker) are the only targets")
+    check(ids[:2] == [vocab["<|user|>"], vocab["hello"]], "messages: rendered by the template")
+
+    # pre-tokenized: labels aligned with input_ids, -100 not a target; the first token never a target.
+    src = jsonl(d, "ids.jsonl", [{"input_ids": [5, 6, 7, 8], "labels": [5, -100, 7, 8]}, {"input_ids": [9, 10]}])
+    run([src, os.path.join(d, "ids.sft")])
+    ex = read_sft(os.path.join(d, "ids.sft"))
+    check(ex == [([5, 6, 7, 8], [0, 0, 1, 1]), ([9, 10], [0, 1])], "pre-tokenized: flags = labels != -100")
+
+    # --max-length: truncate counts; drop counts and says why; an example cut before its target is dropped.
+    rows = [{"input_ids": list(range(1, 11)), "labels": [-100] * 5 + list(range(6, 11))},
+            {"input_ids": [1, 2, 3], "labels": [-100, 2, 3]},
+            {"input_ids": list(range(1, 9)), "labels": [-100] * 7 + [8]}]
+    src = jsonl(d, "long.jsonl", rows)
+    out = run([src, os.path.join(d, "t.sft"), "--max-length", "6"])
+    check("truncated: 2" in out and "1 no target token left after truncation" in out,
+          "--max-length 6: 2 truncated, the one whose target was cut dropped")
+    check([len(x) for x, _ in read_sft(os.path.join(d, "t.sft"))] == [6, 3], "truncated to 6 tokens")
+    out = run([src, os.path.join(d, "d.sft"), "--max-length", "6", "--long", "drop"])
+    check("dropped: 2; 2 longer than --max-length 6" in out, "--long drop: 2 dropped, reason given")
+
+    # Bad lines: exit 2 naming FILE:LINE.
+    bad = [("notjson.jsonl", ['{"input_ids": [1, 2]}', "{oops"], ":2: not JSON"),
+           ("form.jsonl", [{"question": "x"}], ":1: unknown form"),
+           ("labels.jsonl", [{"input_ids": [1, 2], "labels": [-100, 3]}], ":1: labels[1] = 3"),
+           ("notok.jsonl", [{"prompt": "a", "completion": "b"}], ":1: text needs --tokenizer"),
+           ("noassistant.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}], ":1: \"messages\" has no "
+                                                                                       "assistant turn")]
+    for name, lines, expected in bad:
+        src = jsonl(d, name, lines)
+        out = run([src, os.path.join(d, "bad.sft")], expect=2)
+        check(src + expected in out, f"{name}: exit 2 with '{os.path.basename(src)}{expected}'")
+    print("prepare_sft_test: all passed")
+
+
+if __name__ == "__main__":
+    main()
