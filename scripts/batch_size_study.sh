@@ -4,7 +4,7 @@
 # model (2 layers, width 64, 32-token windows, about 200 k parameters, fp32 compute, one thread a run):
 #
 # --study tokens (the default): Merrill et al. 2025's bar, at equal tokens. Every run trains --tokens tokens
-#   (train_tokens; about 1 M, under one epoch) with a constant LR then a linear decay to 0 over the last 20 %
+#   (train_tokens; 0.5 M by default, under half an epoch) with a constant LR then a linear decay to 0 over the last 20 %
 #   (lr_schedule_type=wsd, measured in tokens, so a growing batch decays at the same point in data), and is scored by
 #   its final held-out loss (512 validation windows).
 #   - phase 0, LR calibration (one seed): LR x {0.5, 1, 2} of lr(B) = LR16 sqrt(B/16) for each fixed B of --batches,
@@ -35,7 +35,7 @@
 #   --seeds LIST      seeds (init_weights_seed = data_shuffle_seed) of phase 1 / of every frontier arm (default "0 1 2")
 #   --jobs N          runs at a time, one thread each (default 2)
 #   --phases LIST     which phases to run or report (default "0 1 2"; phase 1 needs phase 0's runs, 2 needs 0 and 1)
-#   --tokens N        tokens every run trains (default 1048576 = 32768 windows of 32)
+#   --tokens N        tokens every run trains (default 524288 = 16384 windows of 32, under half an epoch)
 #   --batches LIST    fixed global batches of phase 0, in sequences, multiples of 8 (default "16 32 64 128 256")
 #   --lr16 LR         lr(16) of the rule lr(B) = LR16 sqrt(B/16) that phase 0 scales by 0.5, 1, 2 (default 2.8e-3)
 #   --small B, --large B  phase 1's fixed batches and the ramp's ends (default 32 and 256)

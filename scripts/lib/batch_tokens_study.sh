@@ -9,7 +9,7 @@ die() {
   echo "batch_size_study.sh: $*" >&2
   exit 2
 }
-data=data/kjv1024 out=runs/batch_size_tokens seeds="0 1 2" jobs=2 phases="0 1 2" tokens=1048576
+data=data/kjv1024 out=runs/batch_size_tokens seeds="0 1 2" jobs=2 phases="0 1 2" tokens=524288
 batches="16 32 64 128 256" lr16=2.8e-3 small=32 large=256 ramp="" margins="2 4 8" spacing=50 niceness=15 report_only=0
 common=()
 while (($#)); do
@@ -105,16 +105,20 @@ drain() {
 
 mults="0.5 1 2"
 p0=$out/phase0
-if has_phase 0 && ((report_only == 0)); then
-  # The --small run first: the ramp is derived from its noise scale.
+# Phase 0 of the fixed batches: --small (the ramp is derived from its noise scale) and --large first, which phase 1
+# needs; the other batches of --batches (only phase 2's fixed points need them) after phase 1.
+phase0_fixed() {
   for m in $mults; do
-    for B in $small $batches; do
+    for B in "$@"; do
       # shellcheck disable=SC2046
       queue "$p0" "b$B-x$m-seed0" 0 $(fixed_args "$B" "$m")
     done
   done
   drain
-fi
+}
+others=""
+for B in $batches; do [[ $B == "$small" || $B == "$large" ]] || others+=" $B"; done
+has_phase 0 && ((report_only == 0)) && phase0_fixed "$small" "$large"
 if [[ -z $ramp ]]; then
   if [[ -f $p0/b$small-x1-seed0.done ]]; then
     ramp=$($py "$lib/batch_tokens.py" ramp "$p0/b$small-x1-seed0" --small "$small" --large "$large" --seq-len $seq_len)
@@ -169,6 +173,9 @@ if has_phase 1 && ((report_only == 0)); then
   done
   drain
 fi
+
+has_phase 0 && ((report_only == 0)) && [[ -n $others ]] && phase0_fixed $others
+[[ -f $out/phase0.tsv ]] && $py "$lib/batch_tokens.py" calibrate "$p0" --tsv "$out/phase0.tsv" --md "$out/phase0.md" >/dev/null
 
 # Reports: paired differences of the final held-out loss (against the small and the large batch), then phase 2.
 {
