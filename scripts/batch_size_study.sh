@@ -4,7 +4,7 @@
 # model (2 layers, width 64, 32-token windows, about 200 k parameters, fp32 compute, one thread a run):
 #
 # --study tokens (the default): Merrill et al. 2025's bar, at equal tokens. Every run trains --tokens tokens
-#   (train_tokens; 0.5 M by default, under half an epoch) with a constant LR then a linear decay to 0 over the last 20 %
+#   (train_tokens; 0.26 M by default, a fifth of an epoch) with a constant LR then a linear decay to 0 over the last 20 %
 #   (lr_schedule_type=wsd, measured in tokens, so a growing batch decays at the same point in data), and is scored by
 #   its final held-out loss (512 validation windows).
 #   - phase 0, LR calibration (one seed): LR x {0.5, 1, 2} of lr(B) = LR16 sqrt(B/16) for each fixed B of --batches,
@@ -26,19 +26,22 @@
 #
 # Usage: scripts/batch_size_study.sh [--study tokens|frontier] [--data DIR] [--out DIR] [--seeds "0 1 2"] [--jobs N]
 #                                   [--report-only] [key=value ...]
-#   tokens:   [--phases "0 1 2"] [--tokens N] [--batches "16 32 64 128 256"] [--lr16 LR] [--small B] [--large B]
-#             [--ramp SCHEDULE] [--margins "2 4 8"] [--spacing N] [--nice N]
+#   tokens:   [--phases "0 1 2"] [--tokens N] [--batches "16 32 64 128"] [--lr16 LR] [--middle-mults "1"]
+#             [--small B] [--large B] [--ramp SCHEDULE] [--margins "2 4 8"] [--spacing N] [--nice N]
 #   frontier: [--batches "8 ... 512"] [--candidates "sched gns"] [--schedule S] [--target LOSS] [--lr8 LR] [--fit-only]
 #   --study S         tokens (default) or frontier
 #   --data DIR        token files from scripts/prepare_data.sh --vocab-size 1024 (default data/kjv1024; made if missing)
 #   --out DIR         where the runs and results go (default runs/batch_size_tokens, or runs/batch_size_study)
 #   --seeds LIST      seeds (init_weights_seed = data_shuffle_seed) of phase 1 / of every frontier arm (default "0 1 2")
-#   --jobs N          runs at a time, one thread each (default 2)
+#   --jobs N          runs at a time, one thread each (default 4 for tokens: at nice 15 on a busy machine each run gets
+#                     a small share, so more of them get more done; 2 for frontier)
 #   --phases LIST     which phases to run or report (default "0 1 2"; phase 1 needs phase 0's runs, 2 needs 0 and 1)
-#   --tokens N        tokens every run trains (default 524288 = 16384 windows of 32, under half an epoch)
-#   --batches LIST    fixed global batches of phase 0, in sequences, multiples of 8 (default "16 32 64 128 256")
+#   --tokens N        tokens every run trains (default 262144 = 8192 windows of 32, 22 % of an epoch)
+#   --batches LIST    fixed global batches of phase 0, in sequences, multiples of 8 (default "16 32 64 128")
 #   --lr16 LR         lr(16) of the rule lr(B) = LR16 sqrt(B/16) that phase 0 scales by 0.5, 1, 2 (default 2.8e-3)
-#   --small B, --large B  phase 1's fixed batches and the ramp's ends (default 32 and 256)
+#   --middle-mults L  the LR multipliers phase 0 tries for the batches of --batches other than --small and --large,
+#                     which only phase 2's fixed points use (default "1": the full grid is "0.5 1 2")
+#   --small B, --large B  phase 1's fixed batches and the ramp's ends (default 16 and 128)
 #   --ramp S          the ramp's batch_size_schedule (default: derived from phase 0's --small run, see above)
 #   --margins LIST    gns_batch_margin values of phase 1's gns arms (default "2 4 8")
 #   --spacing N       their gns_min_steps_between_changes (default 50)

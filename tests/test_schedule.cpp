@@ -161,13 +161,8 @@ TEST_CASE("a growing batch reaches the decay at the same token count as a fixed 
   CHECK(by_steps.lr.back() == 1e-2);
 }
 
-TEST_CASE("train_tokens past what steps allows, or a wsd decay overlapping the warmup, is a config error",
-          "[schedule]") {
+TEST_CASE("a wsd decay overlapping the warmup is a config error", "[schedule]") {
   const std::string tiny = SHADOWGRAD_SOURCE_DIR "/configs/tiny.yml";
-  CHECK_THROWS_WITH(config::load_config(tiny, {"global_batch_size=8", "per_device_batch_size=8", "steps=10",
-                                               "train_tokens=100000"}),
-                    Catch::Contains("train_tokens=100000 cannot be reached in steps=10") &&
-                        Catch::Contains("raise steps"));
   CHECK_THROWS_WITH(config::load_config(tiny, {"lr_schedule_type=wsd", "warmup_steps_fraction=0.5",
                                                "wsd_decay_steps_fraction=0.6"}),
                     Catch::Contains("would overlap"));

@@ -9,20 +9,22 @@ die() {
   echo "batch_size_study.sh: $*" >&2
   exit 2
 }
-data=data/kjv1024 out=runs/batch_size_tokens seeds="0 1 2" jobs=2 phases="0 1 2" tokens=524288
-batches="16 32 64 128 256" lr16=2.8e-3 small=32 large=256 ramp="" margins="2 4 8" spacing=50 niceness=15 report_only=0
+data=data/kjv1024 out=runs/batch_size_tokens seeds="0 1 2" jobs=4 phases="0 1 2" tokens=262144
+batches="16 32 64 128" lr16=2.8e-3 small=16 large=128 ramp="" margins="2 4 8" spacing=50 niceness=15 report_only=0
+middle_mults="1"
 common=()
 while (($#)); do
   case $1 in
   -h | --help) sed -n '/^# Usage:/,/^# Exit:/s/^# \{0,1\}//p' "$main" && exit 0 ;;
   --study) shift ;;
   --data | --out | --seeds | --jobs | --phases | --tokens | --batches | --lr16 | --small | --large | --ramp | --margins | \
-    --spacing | --nice)
+    --spacing | --nice | --middle-mults)
     (($# >= 2)) || die "$1 needs a value"
     case $1 in
     --data) data=$2 ;; --out) out=$2 ;; --seeds) seeds=$2 ;; --jobs) jobs=$2 ;; --phases) phases=$2 ;;
     --tokens) tokens=$2 ;; --batches) batches=$2 ;; --lr16) lr16=$2 ;; --small) small=$2 ;; --large) large=$2 ;;
     --ramp) ramp=$2 ;; --margins) margins=$2 ;; --spacing) spacing=$2 ;; --nice) niceness=$2 ;;
+    --middle-mults) middle_mults=$2 ;;
     esac
     shift
     ;;
@@ -108,7 +110,9 @@ p0=$out/phase0
 # Phase 0 of the fixed batches: --small (the ramp is derived from its noise scale) and --large first, which phase 1
 # needs; the other batches of --batches (only phase 2's fixed points need them) after phase 1.
 phase0_fixed() {
-  for m in $mults; do
+  local ms=$1
+  shift
+  for m in $ms; do
     for B in "$@"; do
       # shellcheck disable=SC2046
       queue "$p0" "b$B-x$m-seed0" 0 $(fixed_args "$B" "$m")
@@ -118,7 +122,7 @@ phase0_fixed() {
 }
 others=""
 for B in $batches; do [[ $B == "$small" || $B == "$large" ]] || others+=" $B"; done
-has_phase 0 && ((report_only == 0)) && phase0_fixed "$small" "$large"
+has_phase 0 && ((report_only == 0)) && phase0_fixed "$mults" "$small" "$large"
 if [[ -z $ramp ]]; then
   if [[ -f $p0/b$small-x1-seed0.done ]]; then
     ramp=$($py "$lib/batch_tokens.py" ramp "$p0/b$small-x1-seed0" --small "$small" --large "$large" --seq-len $seq_len)
@@ -174,7 +178,8 @@ if has_phase 1 && ((report_only == 0)); then
   drain
 fi
 
-has_phase 0 && ((report_only == 0)) && [[ -n $others ]] && phase0_fixed $others
+# shellcheck disable=SC2086
+has_phase 0 && ((report_only == 0)) && [[ -n $others ]] && phase0_fixed "$middle_mults" $others
 [[ -f $out/phase0.tsv ]] && $py "$lib/batch_tokens.py" calibrate "$p0" --tsv "$out/phase0.tsv" --md "$out/phase0.md" >/dev/null
 
 # Reports: paired differences of the final held-out loss (against the small and the large batch), then phase 2.

@@ -65,22 +65,13 @@ void validate_batch_growth(const Config& c) {
     throw ConfigError("batch_size_policy=gns needs gradient_noise_scale=true: it acts on the measured noise scale");
 }
 
-// The LR schedule: warmup and the wsd decay must not overlap; a token budget must be reachable within `steps`.
+// The LR schedule: warmup and the wsd decay must not overlap. (A train_tokens run may stop earlier at `steps`, e.g.
+// to train part of it now and resume it later: the trainer says so at the end.)
 void validate_lr_schedule(const Config& c) {
   if (c.lr_schedule_type == LrScheduleType::wsd && c.warmup_steps_fraction + c.wsd_decay_steps_fraction > 1)
     throw ConfigError(fmt::format("warmup_steps_fraction={} + wsd_decay_steps_fraction={} exceed 1: the warmup and "
                                   "the decay of lr_schedule_type=wsd would overlap; lower one of them",
                                   c.warmup_steps_fraction, c.wsd_decay_steps_fraction));
-  if (c.train_tokens <= 0) return;
-  const BatchSizeSchedule schedule = BatchSizeSchedule::parse(c.batch_size_schedule);
-  // The largest batch any step may have (gns: its limit); unknown here when it depends on WORLD_SIZE.
-  int64_t largest = c.global_batch_size;
-  if (!schedule.empty()) largest = schedule.largest();
-  if (c.batch_size_policy == BatchSizePolicy::gns) largest = c.global_batch_size_max > 0 ? c.global_batch_size_max : int64_t(1) << 20;
-  if (largest > 0 && double(c.steps) * double(largest) * double(c.max_target_length) < double(c.train_tokens))
-    throw ConfigError(fmt::format("train_tokens={} cannot be reached in steps={} (at most {} sequences x {} tokens a "
-                                  "step): raise steps, which is only a cap when train_tokens is set",
-                                  c.train_tokens, c.steps, largest, c.max_target_length));
 }
 
 } // namespace

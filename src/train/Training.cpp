@@ -110,6 +110,10 @@ RunSummary Training::run() {
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
   log_run_start(cfg_, start, step, world, threads);
   RunSummary summary = run_steps(cfg_, step, *evaluator_, meter, signals, start, device_, policy);
+  if (cfg_.train_tokens > 0 && policy.state().sequences < cfg_.train_sequences())
+    spdlog::warn("stopped at steps={} after {} of train_tokens={} tokens; raise steps (a cap when train_tokens is set) "
+                 "and rerun the same command to train the rest",
+                 cfg_.steps, policy.state().sequences * cfg_.max_target_length, cfg_.train_tokens);
   if (start.dir) write_end_of_run_files(*start.dir, summary, memory_report(step, meter, summary.steps));
   return summary;
 }
