@@ -65,11 +65,19 @@ with tempfile.TemporaryDirectory() as d:
     # The ramp from a B=32 run (1024 tokens a step): B_simple passes 32 after step 3 (tokens_seen 3072), 64 after
     # step 5 (5120), 128 after step 6 (6144); 512 would pass --large.
     run = write_run(d, "ramp-src", [10, 20, 40, 50, 70, 130, 300, 400])
-    got = bt.ramp(run, 32, 256, 32)
+    got = bt.ramp(run, 32, 256, 32, settle=0)
     if got != "0:32,3072:64,5120:128,6144:256":
         failures.append("ramp: %r" % got)
-    if bt.ramp(run, 32, 64, 32) != "0:32,3072:64":
-        failures.append("ramp capped at 64: %r" % bt.ramp(run, 32, 64, 32))
+    if bt.ramp(run, 32, 64, 32, settle=0) != "0:32,3072:64":
+        failures.append("ramp capped at 64: %r" % bt.ramp(run, 32, 64, 32, settle=0))
+    # Unsettled estimates are ignored (the first 3 here: 40 > 32 after step 3 does not count), and the batch doubles
+    # once a step at most: step 4 (50 > 32) -> 64 at 4096, step 5 (70 > 64) -> 128 at 5120, step 6 (130 > 128) -> 256.
+    got = bt.ramp(run, 32, 256, 32, settle=3)
+    if got != "0:32,4096:64,5120:128,6144:256":
+        failures.append("ramp with settling: %r" % got)
+    jump = write_run(d, "ramp-jump", [10, 20, 300])  # passes 32, 64 and 128 at once: only one doubling
+    if bt.ramp(jump, 32, 256, 32, settle=0) != "0:32,3072:64":
+        failures.append("ramp doubles once a step: %r" % bt.ramp(jump, 32, 256, 32, settle=0))
 
     # Interpolation of the fixed-batch points in log steps.
     close("interpolate", bt.interpolate([(0.0, 4.0), (2.0, 5.0)], 1.0), 4.5, 1e-12)

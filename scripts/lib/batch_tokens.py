@@ -5,7 +5,8 @@ Usage:
   batch_tokens.py ramp RUN --small B --large B [--seq-len 32]
       A batch_size_schedule from a fixed-batch run's measured noise scale: from B_small, the batch doubles (to 2B) at
       the first token count at which the run's B_simple (gns_tokens / seq-len, in sequences) passed B, as
-      batch_size_policy=gns with margin 1 would, up to --large. Prints the schedule ("0:32,40960:64,...").
+      batch_size_policy=gns with margin 1 would (ignoring the first 20 estimates, at most one doubling a step), up to
+      --large. Prints the schedule ("0:32,40960:64,...").
   batch_tokens.py calibrate PHASE0_DIR [--tsv FILE] [--md FILE]
       Runs named bB-xM-seed0 (fixed batch B at LR multiplier M) and ramp-SCALING-xM-seed0: the final eval_loss of each,
       and the best (lowest) choice per arm. TSV rows: arm, choice, final_eval_loss, best|"".
@@ -51,14 +52,18 @@ def mean(xs):
 
 # --- ramp ---------------------------------------------------------------------------------------------------------
 
-def ramp(run, small, large, seq_len):
+def ramp(run, small, large, seq_len, settle=20):
+    """As batch_size_policy=gns would with margin 1 and no spacing: the first `settle` estimates (the EMA's length at
+    gns_ema_decay=0.95) are not trusted, and the batch doubles at most once a step."""
     points = [(0, small)]
     batch = small
+    seen = 0
     for row in metrics(run):
         g = row.get("gns_tokens")
         if not isinstance(g, (int, float)) or not math.isfinite(g):
             continue
-        while batch * 2 <= large and g / seq_len > batch:
+        seen += 1
+        if seen > settle and batch * 2 <= large and g / seq_len > batch:
             # From the next 1024-token boundary on (a round number; the step that starts at or after it changes).
             at = -(-int(row["tokens_seen"]) // 1024) * 1024
             batch *= 2
