@@ -26,7 +26,7 @@
 #
 # Usage: scripts/batch_size_study.sh [--study tokens|frontier] [--data DIR] [--out DIR] [--seeds "0 1 2"] [--jobs N]
 #                                   [--report-only] [key=value ...]
-#   tokens:   [--phases "0 1 2"] [--tokens N] [--batches "16 32 64 128"] [--lr16 LR] [--middle-mults "1"]
+#   tokens:   [--phases "0 1 2"] [--tokens N] [--batches "16 32 64 128"] [--lr16 LR] [--mults L] [--middle-mults L]
 #             [--small B] [--large B] [--ramp SCHEDULE] [--margins "2 4 8"] [--spacing N] [--nice N]
 #   frontier: [--batches "8 ... 512"] [--candidates "sched gns"] [--schedule S] [--target LOSS] [--lr8 LR] [--fit-only]
 #   --study S         tokens (default) or frontier
@@ -39,6 +39,8 @@
 #   --tokens N        tokens every run trains (default 262144 = 8192 windows of 32, 22 % of an epoch)
 #   --batches LIST    fixed global batches of phase 0, in sequences, multiples of 8 (default "16 32 64 128")
 #   --lr16 LR         lr(16) of the rule lr(B) = LR16 sqrt(B/16) that phase 0 scales by 0.5, 1, 2 (default 2.8e-3)
+#   --mults L         phase 0's LR multipliers for --small, --large and the ramp (default "0.5 1 2"; add 4 when the
+#                     best is at the edge: a run with --mults 4 adds those runs to the same --out)
 #   --middle-mults L  the LR multipliers phase 0 tries for the batches of --batches other than --small and --large,
 #                     which only phase 2's fixed points use (default "1": the full grid is "0.5 1 2")
 #   --small B, --large B  phase 1's fixed batches and the ramp's ends (default 16 and 128)

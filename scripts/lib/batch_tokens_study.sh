@@ -11,20 +11,20 @@ die() {
 }
 data=data/kjv1024 out=runs/batch_size_tokens seeds="0 1 2" jobs=4 phases="0 1 2" tokens=262144
 batches="16 32 64 128" lr16=2.8e-3 small=16 large=128 ramp="" margins="2 4 8" spacing=50 niceness=15 report_only=0
-middle_mults="1"
+middle_mults="1" mults="0.5 1 2"
 common=()
 while (($#)); do
   case $1 in
   -h | --help) sed -n '/^# Usage:/,/^# Exit:/s/^# \{0,1\}//p' "$main" && exit 0 ;;
   --study) shift ;;
   --data | --out | --seeds | --jobs | --phases | --tokens | --batches | --lr16 | --small | --large | --ramp | --margins | \
-    --spacing | --nice | --middle-mults)
+    --spacing | --nice | --middle-mults | --mults)
     (($# >= 2)) || die "$1 needs a value"
     case $1 in
     --data) data=$2 ;; --out) out=$2 ;; --seeds) seeds=$2 ;; --jobs) jobs=$2 ;; --phases) phases=$2 ;;
     --tokens) tokens=$2 ;; --batches) batches=$2 ;; --lr16) lr16=$2 ;; --small) small=$2 ;; --large) large=$2 ;;
     --ramp) ramp=$2 ;; --margins) margins=$2 ;; --spacing) spacing=$2 ;; --nice) niceness=$2 ;;
-    --middle-mults) middle_mults=$2 ;;
+    --middle-mults) middle_mults=$2 ;; --mults) mults=$2 ;;
     esac
     shift
     ;;
@@ -105,7 +105,6 @@ drain() {
   ((failed == 0)) || exit 1
 }
 
-mults="0.5 1 2"
 p0=$out/phase0
 # Phase 0 of the fixed batches: --small (the ramp is derived from its noise scale) and --large first, which phase 1
 # needs; the other batches of --batches (only phase 2's fixed points need them) after phase 1.
