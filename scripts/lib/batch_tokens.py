@@ -205,17 +205,21 @@ def frontier(p0, p1, small, seq_len):
             fixed.append((steps, loss, int(arm[1:])))
     fixed.sort()
     arms = phase1(p1)
-    out = ["Fixed-batch points (phase 0, best LR, seed 0): " + ", ".join(
+    out = ["Fixed-batch points (phase 0, the best LR of each batch, seed 0): " + ", ".join(
         "B=%d: %d steps, %.4f" % (b, s, l) for s, l, b in sorted(fixed, key=lambda f: f[2])) + ".", ""]
     logs = [(math.log(s), l) for s, l, _ in fixed]
     by_loss = sorted((l, math.log(s)) for s, l, _ in fixed)
-    out.append("| arm | steps (mean) | final eval_loss (mean) | a fixed batch at those steps (interpolated) | "
+    # Seed 0 only: the fixed points are seed 0's, and seeds differ by more than the arms do.
+    out.append("Each candidate's seed-0 run against them (the fixed points are seed 0 too):")
+    out.append("")
+    out.append("| arm (seed 0) | steps | final eval_loss | a fixed batch at those steps (interpolated) | "
                "Δ loss vs it | steps a fixed batch needs for that loss | steps saved vs it |")
     out.append("|---|---:|---:|---:|---:|---:|---:|")
     for arm in sorted(arms):
-        runs = arms[arm]
-        s = mean([summary(r)["steps"] for r in runs.values()])
-        l = mean([final_eval(r) for r in runs.values()])
+        if arm in ("small", "large") or 0 not in arms[arm]:
+            continue
+        s = summary(arms[arm][0])["steps"]
+        l = final_eval(arms[arm][0])
         at = interpolate(logs, math.log(s))
         need = interpolate(by_loss, l)
         out.append("| %s | %.0f | %.4f | %s | %s | %s | %s |" % (
