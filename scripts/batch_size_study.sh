@@ -7,8 +7,8 @@
 #   (train_tokens; 0.26 M by default, a fifth of an epoch) with a constant LR then a linear decay to 0 over the last 20 %
 #   (lr_schedule_type=wsd, measured in tokens, so a growing batch decays at the same point in data), and is scored by
 #   its final held-out loss (512 validation windows).
-#   - phase 0, LR calibration (one seed): LR x {0.5, 1, 2} of lr(B) = LR16 sqrt(B/16) for each fixed B of --batches,
-#     and for the ramp with batch_size_lr_scaling sqrt and none;
+#   - phase 0, LR calibration (one seed): LR x {0.5, 1, 2, 4} of lr(B) = LR16 sqrt(B/16) for --small, --large and the
+#     ramp (batch_size_lr_scaling sqrt and none), x {2, 4} for the other batches of --batches;
 #   - phase 1 (--seeds, paired by seed): fixed --small, fixed --large, the ramp between them, and
 #     batch_size_policy=gns from --small with margins --margins and >= --spacing steps between changes; each at the LR
 #     phase 0 found best (gns: the ramp's); scripts/lib/paired_stats.py compares the final held-out losses;
@@ -19,10 +19,12 @@
 # --study frontier: the earlier study (2026-12-02): steps and examples to a target eval loss for fixed batches 8..512
 #   and two growing candidates, bf16, LR rule lr(B) = LR8 sqrt(B/8) capped at 1e-2, constant; fits McCandlish's
 #   S = S_min + E_min/B (scripts/lib/batch_frontier.py). Its options are listed under "frontier" below.
-# Cost: --study tokens, default arguments: 21 phase-0 runs and 14 more in phase 1 (3 seeds; seed 0 reuses phase 0),
-# each about 1 M tokens; measured 2026-12-03 on a 2-core AMD EPYC (AVX2) shared with two compiling helpers, two runs
-# at a time under nice -n 15: see docs/batch-size.md for the wall time. --study frontier: 27 runs, 9 min 10 s on a
-# quiet 2-core Xeon. Finished runs are skipped (one directory per run; DIR/RUN.done marks it finished).
+# Cost: --study tokens, default arguments: 20 phase-0 runs and 15 in phase 1 (3 seeds; seed 0 reuses phase 0), each
+# 262 144 tokens and about 43 s of CPU (fp32, one thread, AMD EPYC): about 25 CPU-minutes, 13 minutes on a quiet
+# 2-core machine. Measured 2026-12-03 on a 2-core AMD EPYC shared with two helpers compiling C++: 37 runs (the
+# default ones, and x8 for the batch of 16 and the sqrt ramp) in 55 minutes, 4-8 runs at a time under nice -n 15,
+# 5-8 minutes each. --study frontier: 27 runs, 9 min 10 s on a quiet 2-core Xeon. Finished runs are skipped (one
+# directory per run; DIR/RUN.done marks it finished).
 #
 # Usage: scripts/batch_size_study.sh [--study tokens|frontier] [--data DIR] [--out DIR] [--seeds "0 1 2"] [--jobs N]
 #                                   [--report-only] [key=value ...]
@@ -38,11 +40,11 @@
 #   --phases LIST     which phases to run or report (default "0 1 2"; phase 1 needs phase 0's runs, 2 needs 0 and 1)
 #   --tokens N        tokens every run trains (default 262144 = 8192 windows of 32, 22 % of an epoch)
 #   --batches LIST    fixed global batches of phase 0, in sequences, multiples of 8 (default "16 32 64 128")
-#   --lr16 LR         lr(16) of the rule lr(B) = LR16 sqrt(B/16) that phase 0 scales by 0.5, 1, 2 (default 2.8e-3)
-#   --mults L         phase 0's LR multipliers for --small, --large and the ramp (default "0.5 1 2"; add 4 when the
-#                     best is at the edge: a run with --mults 4 adds those runs to the same --out)
+#   --lr16 LR         lr(16) of the rule lr(B) = LR16 sqrt(B/16) that phase 0 scales by --mults (default 2.8e-3)
+#   --mults L         phase 0's LR multipliers for --small, --large and the ramp (default "0.5 1 2 4"; when the
+#                     best is at the edge, a run with e.g. --phases 0 --mults 8 --middle-mults "" adds those runs)
 #   --middle-mults L  the LR multipliers phase 0 tries for the batches of --batches other than --small and --large,
-#                     which only phase 2's fixed points use (default "1": the full grid is "0.5 1 2")
+#                     which only phase 2's fixed points use (default "2 4", where the ends' best LRs lie)
 #   --small B, --large B  phase 1's fixed batches and the ramp's ends (default 16 and 128)
 #   --ramp S          the ramp's batch_size_schedule (default: derived from phase 0's --small run, see above)
 #   --margins LIST    gns_batch_margin values of phase 1's gns arms (default "2 4 8")
@@ -51,7 +53,7 @@
 #   --report-only     do not train; report the runs in --out
 #   --fit-only        (frontier) the same as --report-only
 #   key=value         overrides for every run (after the study's own settings)
-# Writes (tokens) DIR/results.md (every table), DIR/phase0.tsv, DIR/phase1/*.md; (frontier) DIR/results.md,
+# Writes (tokens) DIR/results.md (every table), DIR/phase0.tsv and DIR/phase0.md; (frontier) DIR/results.md,
 # DIR/results.tsv, DIR/frontier.md and the plots.
 # Exit: 0 ok; 1 a run failed or a phase lacks the runs it needs; 2 bad usage.
 set -euo pipefail

@@ -11,7 +11,7 @@ die() {
 }
 data=data/kjv1024 out=runs/batch_size_tokens seeds="0 1 2" jobs=4 phases="0 1 2" tokens=262144
 batches="16 32 64 128" lr16=2.8e-3 small=16 large=128 ramp="" margins="2 4 8" spacing=50 niceness=15 report_only=0
-middle_mults="1" mults="0.5 1 2"
+middle_mults="2 4" mults="0.5 1 2 4"
 common=()
 while (($#)); do
   case $1 in
