@@ -14,7 +14,7 @@
 
 #include <unistd.h>
 
-#include "train/Runtime.h"
+#include "util/NativeBf16.h"
 #include "train/Signals.h"
 
 namespace shadowgrad::apps {
@@ -27,7 +27,7 @@ inline bool set_thread_environment(bool fp32_compute) {
     setenv(name, value, 1);
     changed = true;
   };
-  if (shadowgrad::train::cpu_has_avx512_bf16()) set_default("OPENBLAS_CORETYPE", "COOPERLAKE");
+  if (shadowgrad::util::cpu_has_avx512_bf16()) set_default("OPENBLAS_CORETYPE", "COOPERLAKE");
   set_default("OPENBLAS_THREAD_TIMEOUT", "4");
   if (fp32_compute) set_default("OMP_WAIT_POLICY", "passive");
   return changed;

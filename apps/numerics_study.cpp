@@ -32,6 +32,7 @@
 #include "accumulate/StochasticRounding.h"
 #include "config/Config.h"
 #include "config/ConfigLoader.h"
+#include "config/Dtypes.h"
 #include "data/DataSource.h"
 #include "model/Decoder.h"
 #include "train/Runtime.h"
@@ -246,9 +247,10 @@ int main(int argc, char** argv) {
   app.add_option("--cases", cases, "model,stagnation or one of them");
   CLI11_PARSE(app, argc, argv);
   try {
-    const auto cfg = shadowgrad::config::load_config(
+    auto cfg = shadowgrad::config::load_config(
         shadowgrad::config::resolve_config_path(config_path, SHADOWGRAD_SOURCE_DIR "/configs"), overrides);
     const auto ks = parse_ks(ks_text);
+    cfg.dtype = shadowgrad::config::as_compute_dtype(shadowgrad::config::resolve_compute_dtype(cfg.dtype, cfg.hardware));
     shadowgrad::train::configure_threads(cfg.num_threads);
     std::filesystem::create_directories(out_dir);
     if (cases.find("stagnation") != std::string::npos)

@@ -26,6 +26,7 @@
 #include "distributed/Environment.h"
 #include "memory/MemoryReport.h"
 #include "memory/TrackingAllocator.h"
+#include "train/ComputeDtype.h"
 #include "train/MemoryProbe.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
@@ -149,7 +150,8 @@ int main(int argc, char** argv) {
       std::cout << shadowgrad::config::to_yaml(cfg);
       return 0;
     }
-    shadowgrad::apps::reexec_with_thread_environment(argv, cfg.dtype == shadowgrad::config::FloatDtype::float32);  // before any matmul
+    const bool fp32 = shadowgrad::train::choose_compute_dtype(cfg).dtype == shadowgrad::config::FloatDtype::float32;
+    shadowgrad::apps::reexec_with_thread_environment(argv, fp32);  // before any matmul
     if (memory_report) {
       shadowgrad::train::uninstall_stop_handlers();  // it does not train: a signal ends it
       if (const int sig = shadowgrad::train::stop_requested()) return 128 + sig;

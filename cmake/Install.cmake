@@ -18,6 +18,9 @@ install(FILES ${CMAKE_SOURCE_DIR}/src/accumulate/ShadowAccumulator.h
 install(FILES ${CMAKE_SOURCE_DIR}/include/shadowgrad/shadowgrad.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shadowgrad)
 install(FILES ${CMAKE_SOURCE_DIR}/src/util/Hash.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/shadowgrad/util)
 install(EXPORT shadowgradTargets NAMESPACE shadowgrad:: DESTINATION ${SHADOWGRAD_CMAKE_DIR})
+# The torch the package was built against (torch/share/cmake, above Torch_DIR): shadowgradConfig.cmake falls back to
+# it when a consumer names no torch of its own.
+get_filename_component(SHADOWGRAD_BUILT_TORCH_PREFIX "${Torch_DIR}" DIRECTORY)
 configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/shadowgradConfig.cmake.in
                               ${CMAKE_BINARY_DIR}/shadowgradConfig.cmake INSTALL_DESTINATION ${SHADOWGRAD_CMAKE_DIR})
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/shadowgradConfigVersion.cmake

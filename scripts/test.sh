@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs missing packages, builds everything, and runs the whole suite through ctest: Catch2, the Python
-# unittests (ctest python) and the installed package with its out-of-tree example (ctest package).
+# unittests against the pip-installed module (ctest pip_install) and the installed package with its out-of-tree
+# example (ctest package).
 # Cost: ~12 min from scratch on 2 cores (venv ~1 min, build ~4.5 min, tests ~6.5 min; docs/setup.md); CI runs exactly this.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }

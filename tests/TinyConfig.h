@@ -11,7 +11,7 @@ inline shadowgrad::config::Config tiny_config() {
   auto c = shadowgrad::config::load_config(SHADOWGRAD_SOURCE_DIR "/configs/tiny.yml", {});
   c.per_device_batch_size = 4;
   c.gradient_accumulation_steps = 1;
-  c.dtype = shadowgrad::config::FloatDtype::float32;
+  c.dtype = shadowgrad::config::ComputeDtype::float32;
   c.grad_dtype = shadowgrad::config::GradDtype::float32;
   c.steps = 8;
   c.num_threads = 1;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,15 @@ inline std::vector<std::string> lines(const std::string& path) {
   std::vector<std::string> out;
   for (std::string line; std::getline(in, line);) out.push_back(line);
   return out;
+}
+
+// The first line of `text` that contains `needle`, or "" when none does. Tests look for the line they mean: which
+// lines come first depends on the host (a warning about the CPU may precede the run line).
+inline std::string line_with(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(needle) != std::string::npos) return line;
+  return "";
 }
 
 // The raw text of `"key": value` in each line of metrics.jsonl, e.g. {"5.123456789", ...}.

@@ -38,9 +38,7 @@ ga_lines=$(sed -n '/---- gradient accumulation/,/---- end of the GA part/p' "$sr
 
 # A copy of the example outside both trees, so no relative path can reach the sources.
 cp -r "$src/examples/cpp" "$work/example"
-# As a user of a torch wheel does: the installed prefix and the wheel's torch.utils.cmake_prefix_path.
-torch_prefix=$("${3:-python3}" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-cmake -S "$work/example" -B "$work/example/build" -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" \
-  -DCMAKE_BUILD_TYPE=Release >/dev/null
+# As the README says: the installed prefix alone. The package finds the torch it was built against by itself.
+cmake -S "$work/example" -B "$work/example/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/example/build" -j 2 >/dev/null
 "$work/example/build/foreign_model" 30 4

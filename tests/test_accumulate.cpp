@@ -177,7 +177,7 @@ namespace {
 std::vector<at::Tensor> bf16_compute_shadows(c10::ScalarType grad_dtype, bool folding, bool hoist,
                                              int64_t* folds = nullptr) {
   auto c = tiny_config();
-  c.dtype = config::FloatDtype::bfloat16;
+  c.dtype = config::ComputeDtype::bfloat16;
   c.hoist_weight_cast = hoist;
   c.synthetic_min_length_fraction = 0.3;
   auto source = data::make_source(data::DataOptions::from_config(c));

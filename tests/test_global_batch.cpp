@@ -116,14 +116,14 @@ TEST_CASE("global_batch_size: the trainer refuses a bad split with exit 2 and wr
   CHECK_FALSE(fs::exists(out));
 }
 
-TEST_CASE("global_batch_size: the log's first line, config.yml and the manifest record the derived K",
+TEST_CASE("global_batch_size: the run line, config.yml and the manifest record the derived K",
           "[global-batch][cli]") {
   const std::string out = tp::fresh_dir("gbs_record");
   auto r = tp::run("base.yml steps=2 global_batch_size=8 run_name=a base_output_directory=" + out + tp::kTiny);
   INFO(r.output);
   REQUIRE(r.code == 0);
-  const std::string first = r.output.substr(0, r.output.find('\n'));
-  CHECK_THAT(first, Catch::Contains("K=4 x 2 sequences x 16 tokens x 1 processes = global batch 8 "
+  const std::string run_line = tp::line_with(r.output, "] run ");
+  CHECK_THAT(run_line, Catch::Contains("K=4 x 2 sequences x 16 tokens x 1 processes = global batch 8 "
                                     "(global_batch_size; K derived)"));
   const std::string config_yml = tp::read_text(out + "/a/config.yml");
   CHECK_THAT(config_yml, Catch::Contains("\nglobal_batch_size: 8\n") &&
@@ -141,7 +141,7 @@ TEST_CASE("global_batch_size: a checkpoint of 2 processes x K=2 resumes on 1 pro
           "[global-batch][multiprocess]") {
   const std::string out = tp::fresh_dir("gbs_resume");
   const std::string args = "base.yml steps=6 checkpoint_period=3 max_num_checkpoints_to_keep=0 global_batch_size=8 "
-                           "dtype=float32 synthetic_min_length_fraction=0.2 run_name=r collective_timeout_s=60 "
+                           "synthetic_min_length_fraction=0.2 run_name=r collective_timeout_s=60 "
                            "base_output_directory=" + out + tp::kTiny;
   const int port = free_port();
   std::vector<pid_t> ranks;

@@ -129,8 +129,8 @@ TEST_CASE("hint: text bytes >= vocab_size -> text needs vocab_size=256", "[hints
 
 TEST_CASE("hint: too many non-finite steps -> lower learning_rate", "[hints]") {
   const std::string base = tp::fresh_dir("hint_lr");
-  // Plain SGD at the largest learning rate the schema allows, unclipped, in fp32: the weights blow up to inf.
-  const std::string diverging = "steps=30 opt_type=sgd gradient_clipping_threshold=0 dtype=float32 "
+  // Plain SGD at the largest learning rate the schema allows, unclipped, in fp32 (tiny.yml): the weights blow up to inf.
+  const std::string diverging = "steps=30 opt_type=sgd gradient_clipping_threshold=0 "
                                 "max_consecutive_nonfinite=2 warmup_steps_fraction=0 ";
   expect_hint(tiny(base, diverging + "learning_rate=1000"), 3, "lower learning_rate or check the data");
   fs::remove_all(base);

@@ -210,7 +210,7 @@ TEST_CASE("a bfloat16 shadow tree peaks below naive fp32 accumulation by 2 bytes
 TEST_CASE("hoist_weight_cast gives bit-identical gradients and training, and holds 2 bytes/param of bf16 weights",
           "[memory][hoist]") {
   auto c = tiny_config();
-  c.dtype = config::FloatDtype::bfloat16;  // fp32 master weights, bf16 compute: the case hoisting is for
+  c.dtype = config::ComputeDtype::bfloat16;  // fp32 master weights, bf16 compute: the case hoisting is for
   c.gradient_accumulation_steps = 4;
   c.per_device_batch_size = 1;
   c.hoist_weight_cast = false;

@@ -342,7 +342,7 @@ std::string run_args(const std::string& base, const std::string& name, const std
 
 TEST_CASE("the trainer logs gns_tokens with K=4, nothing with K=1, and resumes its EMA bitwise", "[gns][trainer]") {
   const std::string base = tp::fresh_dir("gns_trainer");
-  const std::string k4 = "gradient_accumulation_steps=4 dtype=float32";
+  const std::string k4 = "gradient_accumulation_steps=4";  // fp32: tiny.yml
   auto full = tp::run(run_args(base, "a", k4 + " steps=8"));
   INFO(full.output);
   REQUIRE(full.code == 0);

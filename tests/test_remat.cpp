@@ -86,7 +86,7 @@ TEST_CASE("remat with bf16 compute: folding casts (hoisted or not) and plain cas
   for (bool fold_in_compute : {true, false}) {
     for (bool hoist : {true, false}) {
       auto c = tiny_config();
-      c.dtype = config::FloatDtype::bfloat16;
+      c.dtype = config::ComputeDtype::bfloat16;
       c.grad_dtype = config::GradDtype::bfloat16;
       c.gradient_accumulation_steps = 4;
       c.per_device_batch_size = 1;

@@ -188,7 +188,7 @@ namespace {
 
 config::Config sr_config(const std::string& grad_dtype, const std::string& rounding) {
   auto c = tiny_config();
-  c.dtype = config::FloatDtype::bfloat16;  // compute-dtype folds (bf16 gradients) and the embedding-rows path
+  c.dtype = config::ComputeDtype::bfloat16;  // compute-dtype folds (bf16 gradients) and the embedding-rows path
   c.gradient_accumulation_steps = 4;
   c.per_device_batch_size = 1;
   set_key(c, "grad_dtype", grad_dtype);

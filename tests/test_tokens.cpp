@@ -253,7 +253,7 @@ TEST_CASE("trainer on token files: eval_loss on eval steps and in summary.json, 
   const std::string val = tf::llmc_file("cli_val.bin", tf::counting_tokens(16 * 40 + 1, 64, 3));
   const std::string base = tp::fresh_dir("tok_cli");
   const std::string common = "base.yml dataset_type=tokens dataset_path=" + train + " eval_dataset_path=" + val +
-                             " eval_interval=2 eval_steps=2 eval_per_device_batch_size=4 dtype=float32"
+                             " eval_interval=2 eval_steps=2 eval_per_device_batch_size=4"
                              " learning_rate_schedule_steps=5"
                              " base_output_directory=" +
                              base;

@@ -90,7 +90,7 @@ std::vector<KeySpec> build_schema() {
                   [](Config& c, const std::string& t) { c.n = t; },              \
                   [](const Config& c) { return quote(c.n); }});
 #define SG_ENUM(n, type, def, h)                                                              \
-  keys.push_back({section, #n, "enum", enum_choices<type>(), #def, h,                                  \
+  keys.push_back({section, #n, "enum", enum_choices<type>(), to_string(type::def), h,                 \
                   [](Config& c, const std::string& t) { c.n = parse_enum<type>(#n, t); },            \
                   [](const Config& c) { return to_string(c.n); }});
 #define SG_FROZEN_INT(n, def, min, h) SG_INT(n, def, min, h) keys.back().frozen = true;
@@ -129,6 +129,8 @@ std::vector<std::string> split_names(std::string_view text) {
     if (ch == ',') names.emplace_back();
     else if (ch != ' ') names.back() += ch;
   }
+  for (auto& name : names)
+    if (name.size() > 1 && name.back() == '_') name.pop_back();  // auto_ (a C++ keyword) is written auto
   return names;
 }
 

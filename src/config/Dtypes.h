@@ -3,6 +3,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "config/ConfigEnums.h"
+#include "util/NativeBf16.h"
 
 namespace shadowgrad::config {
 
@@ -15,6 +16,23 @@ inline c10::ScalarType scalar_type(GradDtype d) {
     case GradDtype::float32: break;
   }
   return c10::kFloat;
+}
+
+// dtype=auto's rule: bfloat16 where `hardware` computes it natively (util/NativeBf16.h), float32 elsewhere. The
+// trainer resolves auto once, before the model exists (train/ComputeDtype.h: it also keeps a resumed run's dtype).
+inline FloatDtype resolve_compute_dtype(ComputeDtype d, Hardware hardware) {
+  switch (d) {
+    case ComputeDtype::float32: return FloatDtype::float32;
+    case ComputeDtype::bfloat16: return FloatDtype::bfloat16;
+    case ComputeDtype::auto_: break;
+  }
+  const bool native =
+      hardware == Hardware::cuda ? util::cuda_bf16_support(0).native : util::cpu_bf16_support().native;
+  return native ? FloatDtype::bfloat16 : FloatDtype::float32;
+}
+
+inline ComputeDtype as_compute_dtype(FloatDtype d) {
+  return d == FloatDtype::bfloat16 ? ComputeDtype::bfloat16 : ComputeDtype::float32;
 }
 
 } // namespace shadowgrad::config

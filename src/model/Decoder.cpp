@@ -30,7 +30,7 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.max_length = c.max_target_length;
   o.norm_eps = c.normalization_layer_epsilon;
   o.rope_max_timescale = c.rope_max_timescale;
-  o.compute_dtype = config::scalar_type(c.dtype);
+  o.compute_dtype = config::scalar_type(config::resolve_compute_dtype(c.dtype, c.hardware));
   o.weight_dtype = config::scalar_type(c.weight_dtype);
   o.init_seed = static_cast<uint64_t>(c.init_weights_seed);
   o.hoist_weight_cast = c.hoist_weight_cast;

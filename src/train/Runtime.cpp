@@ -1,7 +1,5 @@
 #include "train/Runtime.h"
 
-#include <fstream>
-#include <string>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -49,14 +47,6 @@ void require_device_support(config::GradRounding rounding, config::FloatDtype ad
     throw InputError("grad_accum_rounding=stochastic with hardware=cuda needs the CUDA fold kernel, which this build "
                      "lacks (no nvcc when it was configured); rebuild with nvcc on PATH, or use "
                      "grad_accum_rounding=nearest");
-}
-
-bool cpu_has_avx512_bf16() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("flags", 0) == 0) return line.find(" avx512_bf16") != std::string::npos;
-  return false;
 }
 
 } // namespace shadowgrad::train

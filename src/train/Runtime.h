@@ -1,5 +1,5 @@
 #pragma once
-// Process-level setup the trainer needs before the first step: threads, device, CPU capability checks.
+// Process-level setup the trainer needs before the first step: threads, the allocator cache, the device.
 #include <string>
 
 #include <c10/core/Device.h>
@@ -20,8 +20,5 @@ c10::Device resolve_device(config::Hardware hardware);
 // first step: stochastic rounding of CUDA shadows needs the CUDA fold kernel (nvcc at build time); bf16 Adam moments
 // are a CPU kernel's (src/optim).
 void require_device_support(config::GradRounding rounding, config::FloatDtype adam_state_dtype, config::Hardware hardware);
-
-// Whether /proc/cpuinfo lists avx512_bf16. Without it, bf16 matmul on CPU is far slower than fp32.
-bool cpu_has_avx512_bf16();
 
 } // namespace shadowgrad::train

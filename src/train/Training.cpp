@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "config/Dtypes.h"
 #include "config/GlobalBatch.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
@@ -25,8 +26,18 @@
 
 namespace shadowgrad::train {
 
+namespace {
+
+config::Config with_dtype(config::Config cfg, const ComputeDtypeChoice& choice) {
+  cfg.dtype = config::as_compute_dtype(choice.dtype);
+  return cfg;
+}
+
+} // namespace
+
 Training::Training(config::Config cfg)
-    : cfg_(std::move(cfg)),
+    : dtype_(choose_compute_dtype(cfg)),
+      cfg_(with_dtype(std::move(cfg), dtype_)),
       // What this build cannot run is refused before the device is looked for (exit 2 either way).
       device_((require_device_support(cfg_.grad_accum_rounding, cfg_.adam_state_dtype, cfg_.hardware),
                resolve_device(cfg_.hardware))),
@@ -50,25 +61,25 @@ std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c1
   return distributed::DataParallel::from_environment(distributed::DataParallelOptions::from_config(cfg), device);
 }
 
-// Threads, the allocator cache, and a warning when bf16 compute would be slow here. Returns the thread count.
-int configure_process(const config::Config& cfg, c10::Device device) {
+// Threads, the allocator cache, and what the user should know about the compute dtype. Returns the thread count.
+int configure_process(const config::Config& cfg, const ComputeDtypeChoice& dtype) {
   const int threads = configure_threads(cfg.num_threads);
   configure_allocator_cache(cfg.cpu_allocator_cache_mib);
-  if (cfg.dtype == config::FloatDtype::bfloat16 && device.is_cpu() && !cpu_has_avx512_bf16())
-    spdlog::warn("this CPU lacks avx512_bf16: bf16 matmul will be much slower than fp32; consider dtype=float32");
+  if (!dtype.warning.empty()) spdlog::warn("{}", dtype.warning);
   return threads;
 }
 
 // The run's one-line description: where it writes, its size and its global batch.
-void log_run_start(const config::Config& cfg, const StartPoint& start, TrainStep& step, int world, int threads) {
+void log_run_start(const config::Config& cfg, const ComputeDtypeChoice& dtype, const StartPoint& start, TrainStep& step,
+                   int world, int threads) {
   int64_t params = 0;
   for (const auto& p : step.model()->parameters()) params += p.numel();
   spdlog::info("run {} | {} parameters | K={} x {} sequences x {} tokens x {} processes = global batch {}{} | "
-               "grad_dtype={} dtype={} | {} threads",
+               "grad_dtype={} dtype={} ({}) | {} threads",
                start.dir ? start.dir->path() : "(written by rank 0)", params, cfg.gradient_accumulation_steps,
                cfg.per_device_batch_size, cfg.max_target_length, world, config::global_batch(cfg, world),
                cfg.global_batch_size > 0 ? " (global_batch_size; K derived)" : "", cfg.grad_dtype, cfg.dtype,
-               threads);
+               dtype.why, threads);
   if (!cfg.batch_size_schedule.empty())
     spdlog::info("batch_size_schedule {}: K is derived at every step; the LR is scaled by batch_size_lr_scaling={}",
                  cfg.batch_size_schedule, cfg.batch_size_lr_scaling);
@@ -91,7 +102,7 @@ void log_run_start(const config::Config& cfg, const StartPoint& start, TrainStep
 
 RunSummary Training::run() {
   StopSignals signals;  // first: a signal while the model is built and the checkpoint loaded stops before step 1
-  const int threads = configure_process(cfg_, device_);
+  const int threads = configure_process(cfg_, dtype_);
   memory::MemoryMeter meter(device_);  // before the model, so its set-up counts in the run's peak
   auto dp = connect(cfg_, device_);
   const int world = dp ? dp->world_size() : 1;
@@ -108,7 +119,7 @@ RunSummary Training::run() {
   const bool budget_spent = cfg_.train_tokens > 0 && start.state.sequences >= cfg_.train_sequences();
   if (start.state.step > 0 && (start.state.step == cfg_.steps || budget_spent)) return finish_from_disk(start, step, meter);
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
-  log_run_start(cfg_, start, step, world, threads);
+  log_run_start(cfg_, dtype_, start, step, world, threads);
   RunSummary summary = run_steps(cfg_, step, *evaluator_, meter, signals, start, device_, policy);
   if (cfg_.train_tokens > 0 && policy.state().sequences < cfg_.train_sequences())
     spdlog::warn("stopped at steps={} after {} of train_tokens={} tokens; raise steps (a cap when train_tokens is set) "

@@ -2,7 +2,7 @@
 // A whole training run, usable without the CLI:
 //
 //   auto cfg = shadowgrad::config::load_config(path, overrides);
-//   shadowgrad::train::Training training(cfg);   // validates data and device; writes nothing
+//   shadowgrad::train::Training training(cfg);   // resolves dtype=auto; validates data and device; writes nothing
 //   RunSummary summary = training.run();          // creates the run dir, trains, writes metrics
 //
 // Files in the run directory: config.yml (the resolved config; `trainer <run_dir>/config.yml` reruns it),
@@ -17,6 +17,7 @@
 #include <c10/core/Device.h>
 
 #include "config/Config.h"
+#include "train/ComputeDtype.h"
 
 namespace shadowgrad::data {
 class DataSource;
@@ -45,6 +46,7 @@ class Training {
   RunSummary run();
 
  private:
+  ComputeDtypeChoice dtype_;  // first: cfg_ holds its resolved value
   config::Config cfg_;
   c10::Device device_;
   std::unique_ptr<data::DataSource> source_;
