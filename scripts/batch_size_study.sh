@@ -20,8 +20,8 @@
 #   and two growing candidates, bf16, LR rule lr(B) = LR8 sqrt(B/8) capped at 1e-2, constant; fits McCandlish's
 #   S = S_min + E_min/B (scripts/lib/batch_frontier.py). Its options are listed under "frontier" below.
 # Cost: --study tokens, default arguments: 20 phase-0 runs and 15 in phase 1 (3 seeds; seed 0 reuses phase 0), each
-# 262 144 tokens and about 43 s of CPU (fp32, one thread, AMD EPYC): about 25 CPU-minutes, 13 minutes on a quiet
-# 2-core machine. Measured 2026-12-03 on a 2-core AMD EPYC shared with two helpers compiling C++: 37 runs (the
+# 262 144 tokens and about 20 s of CPU (fp32, one thread, AMD EPYC): about 12 CPU-minutes, under 10 minutes on a
+# quiet 2-core machine. Measured 2026-12-03 on a 2-core AMD EPYC shared with two helpers compiling C++: 37 runs (the
 # default ones, and x8 for the batch of 16 and the sqrt ramp) in 55 minutes, 4-8 runs at a time under nice -n 15,
 # 5-8 minutes each. --study frontier: 27 runs, 9 min 10 s on a quiet 2-core Xeon. Finished runs are skipped (one
 # directory per run; DIR/RUN.done marks it finished).
