@@ -1,39 +1,78 @@
 #!/usr/bin/env bash
-# Intent: measure the critical batch size on real text, set it beside the online gradient noise scale, and measure
-# where batches that grow during the run lie against the fixed-batch frontier (docs/batch-size.md). Trains a small
-# model on the KJV token files of scripts/prepare_data.sh (vocab 1024), each run until a fixed eval loss is reached
-# (then it is stopped; or its budget of 40000 sequences runs out), with the LR rule lr(B) = LR8 * sqrt(B / 8) capped at
-# 1e-2, constant (no warmup, no decay), for every seed of --seeds (init_weights_seed = data_shuffle_seed = seed):
-#   - baselines: fixed global batches of 8..512 sequences (per_device_batch_size=8, K = 1..64); fits McCandlish's
-#     S = S_min + E_min / B to steps S and examples E to the target, B_crit = E_min / S_min;
-#   - candidates: "sched", a token-keyed doubling schedule 8 -> 256 (--schedule), and "gns", batch_size_policy=gns from
-#     8 sequences (per_device_batch_size=4, K=2, so that the noise scale is measured from the first step) up to 256;
-#     both with batch_size_lr_scaling=sqrt and batch_size_lr_max=1e-2, i.e. the same LR rule at every batch;
-#   - reports (scripts/lib/batch_frontier.py) the examples saved at equal steps and the steps saved at equal
-#     examples against the frontier, with 95 % bootstrap intervals over seeds.
-# Cost: measured 2026-12-02 on a quiet 2-core Intel Xeon, two runs at a time, one thread each, under nice -n 10:
-# 27 runs (3 seeds x 7 baselines + 2 candidates), 872 s of summed step time, 9 min 10 s of wall time (about 3 min
-# per seed). Finished runs are skipped.
+# Intent: does a global batch that grows during the run pay, on real text, measured the way its advocates claim it
+# works (docs/batch-size.md)? Two studies on the KJV token files of scripts/prepare_data.sh (vocab 1024), same small
+# model (2 layers, width 64, 32-token windows, about 200 k parameters, fp32 compute, one thread a run):
 #
-# Usage: scripts/batch_size_study.sh [--data DIR] [--out DIR] [--batches "8 16 ..."] [--seeds "0 1 2"]
-#                                   [--candidates "sched gns"] [--schedule S] [--target LOSS] [--lr8 LR]
-#                                   [--jobs N] [--fit-only] [key=value ...]
+# --study tokens (the default): Merrill et al. 2025's bar, at equal tokens. Every run trains --tokens tokens
+#   (train_tokens; 0.26 M by default, a fifth of an epoch) with a constant LR then a linear decay to 0 over the last 20 %
+#   (lr_schedule_type=wsd, measured in tokens, so a growing batch decays at the same point in data), and is scored by
+#   its final held-out loss (512 validation windows).
+#   - phase 0, LR calibration (one seed): LR x {0.5, 1, 2, 4} of lr(B) = LR16 sqrt(B/16) for --small, --large and the
+#     ramp (batch_size_lr_scaling sqrt and none), x {2, 4} for the other batches of --batches;
+#   - phase 1 (--seeds, paired by seed): fixed --small, fixed --large, the ramp between them, and
+#     batch_size_policy=gns from --small with margins --margins and >= --spacing steps between changes; each at the LR
+#     phase 0 found best (gns: the ramp's); scripts/lib/paired_stats.py compares the final held-out losses;
+#   - phase 2: every candidate against the fixed-batch points (final loss against steps) and against the ceiling
+#     computed from the small batch's measured noise-scale trajectory (scripts/lib/batch_tokens.py).
+#   The ramp (--ramp; by default derived from phase 0's --small run): doubles from --small when that run's measured
+#   B_simple passed the batch, up to --large.
+# --study frontier: the earlier study (2026-12-02): steps and examples to a target eval loss for fixed batches 8..512
+#   and two growing candidates, bf16, LR rule lr(B) = LR8 sqrt(B/8) capped at 1e-2, constant; fits McCandlish's
+#   S = S_min + E_min/B (scripts/lib/batch_frontier.py). Its options are listed under "frontier" below.
+# Cost: --study tokens, default arguments: 20 phase-0 runs and 15 in phase 1 (3 seeds; seed 0 reuses phase 0), each
+# 262 144 tokens and about 20 s of CPU (fp32, one thread, AMD EPYC): about 12 CPU-minutes, under 10 minutes on a
+# quiet 2-core machine. Measured 2026-12-03 on a 2-core AMD EPYC shared with two helpers compiling C++: 37 runs (the
+# default ones, and x8 for the batch of 16 and the sqrt ramp) in 55 minutes, 4-8 runs at a time under nice -n 15,
+# 5-8 minutes each. --study frontier: 27 runs, 9 min 10 s on a quiet 2-core Xeon. Finished runs are skipped (one
+# directory per run; DIR/RUN.done marks it finished).
+#
+# Usage: scripts/batch_size_study.sh [--study tokens|frontier] [--data DIR] [--out DIR] [--seeds "0 1 2"] [--jobs N]
+#                                   [--report-only] [key=value ...]
+#   tokens:   [--phases "0 1 2"] [--tokens N] [--batches "16 32 64 128"] [--lr16 LR] [--mults L] [--middle-mults L]
+#             [--small B] [--large B] [--ramp SCHEDULE] [--margins "2 4 8"] [--spacing N] [--nice N]
+#   frontier: [--batches "8 ... 512"] [--candidates "sched gns"] [--schedule S] [--target LOSS] [--lr8 LR] [--fit-only]
+#   --study S         tokens (default) or frontier
 #   --data DIR        token files from scripts/prepare_data.sh --vocab-size 1024 (default data/kjv1024; made if missing)
-#   --out DIR         where the runs, results.md and the plots go (default runs/batch_size_study)
-#   --batches LIST    fixed global batches in sequences, each 8 x K (default "8 16 32 64 128 256 512")
-#   --seeds LIST      seeds of every arm (default "0 1 2")
-#   --candidates LIST growing-batch arms among "sched gns" (default both; "" for none)
-#   --schedule S      the sched arm's batch_size_schedule (default 0:8,16k:16,25.6k:32,38.4k:64,64k:128,96k:256)
-#   --target LOSS     the eval loss every run must reach (default 4.0)
-#   --lr8 LR          learning rate at 8 sequences (default 2e-3)
-#   --jobs N          runs at a time, one thread each (default 2)
-#   --fit-only        do not train; refit and replot the runs in --out
+#   --out DIR         where the runs and results go (default runs/batch_size_tokens, or runs/batch_size_study)
+#   --seeds LIST      seeds (init_weights_seed = data_shuffle_seed) of phase 1 / of every frontier arm (default "0 1 2")
+#   --jobs N          runs at a time, one thread each (default 4 for tokens: at nice 15 on a busy machine each run gets
+#                     a small share, so more of them get more done; 2 for frontier)
+#   --phases LIST     which phases to run or report (default "0 1 2"; phase 1 needs phase 0's runs, 2 needs 0 and 1)
+#   --tokens N        tokens every run trains (default 262144 = 8192 windows of 32, 22 % of an epoch)
+#   --batches LIST    fixed global batches of phase 0, in sequences, multiples of 8 (default "16 32 64 128")
+#   --lr16 LR         lr(16) of the rule lr(B) = LR16 sqrt(B/16) that phase 0 scales by --mults (default 2.8e-3)
+#   --mults L         phase 0's LR multipliers for --small, --large and the ramp (default "0.5 1 2 4"; when the
+#                     best is at the edge, a run with e.g. --phases 0 --mults 8 --middle-mults "" adds those runs)
+#   --middle-mults L  the LR multipliers phase 0 tries for the batches of --batches other than --small and --large,
+#                     which only phase 2's fixed points use (default "2 4", where the ends' best LRs lie)
+#   --small B, --large B  phase 1's fixed batches and the ramp's ends (default 16 and 128)
+#   --ramp S          the ramp's batch_size_schedule (default: derived from phase 0's --small run, see above)
+#   --margins LIST    gns_batch_margin values of phase 1's gns arms (default "2 4 8")
+#   --spacing N       their gns_min_steps_between_changes (default 50)
+#   --nice N          niceness of every run (default 15: the machine is shared)
+#   --report-only     do not train; report the runs in --out
+#   --fit-only        (frontier) the same as --report-only
 #   key=value         overrides for every run (after the study's own settings)
-# Run time: about 3 min of wall time per seed on a quiet 2-core machine (9 min for the default 3 seeds).
-# Writes DIR/results.md, DIR/results.tsv, DIR/frontier.md, DIR/steps_vs_examples.png and DIR/gns.png.
-# Exit: 0 ok; 1 a run failed or the fit had too few points; 2 bad usage.
+# Writes (tokens) DIR/results.md (every table), DIR/phase0.tsv and DIR/phase0.md; (frontier) DIR/results.md,
+# DIR/results.tsv, DIR/frontier.md and the plots.
+# Exit: 0 ok; 1 a run failed or a phase lacks the runs it needs; 2 bad usage.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+study=tokens
+for ((i = 1; i <= $#; i++)); do
+  if [[ ${!i} == --study ]]; then
+    j=$((i + 1))
+    study=${!j:-}
+  fi
+done
+case $study in
+tokens) exec "$repo/scripts/lib/batch_tokens_study.sh" "$@" ;;
+frontier) ;;
+*)
+  echo "batch_size_study.sh: --study must be tokens or frontier, not '$study'" >&2
+  exit 2
+  ;;
+esac
 
 die() {
   echo "batch_size_study.sh: $*" >&2
@@ -45,6 +84,8 @@ common=()
 while (($#)); do
   case $1 in
   -h | --help) sed -n '/^# Usage:/,/^# Exit:/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" && exit 0 ;;
+  --study) shift ;;
+  --report-only) fit_only=1 ;;
   --data | --out | --batches | --target | --lr8 | --jobs | --seeds | --candidates | --schedule)
     (($# >= 2)) || die "$1 needs a value"
     case $1 in

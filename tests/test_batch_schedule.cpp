@@ -317,6 +317,48 @@ TEST_CASE("bitwise resume from a checkpoint just before, at, and just after a sc
   }
 }
 
+TEST_CASE("train_tokens with a token-keyed wsd schedule: the run ends at its tokens, and resumes bit for bit",
+          "[batch][resume][schedule]") {
+  const std::string base = tp::fresh_dir("batch_resume_tokens");
+  // tiny.yml: 16 tokens a sequence. 4 sequences (64 tokens) a step up to 320 tokens: 5 steps; 8 (128 tokens) up to
+  // 640: 3 steps (704); then 16 (256 tokens): 4 steps to 1728 = train_tokens. 12 steps; the decay (the last 20 %)
+  // starts at 1382.4 tokens, i.e. in the last step, which starts at 1472.
+  const std::string run = "batch_size_schedule=0:4,320:8,640:16 train_tokens=1728 lr_schedule_type=wsd "
+                          "wsd_decay_steps_fraction=0.2 warmup_steps_fraction=0 cosine_learning_rate_final_fraction=0 "
+                          "learning_rate=1e-2 checkpoint_period=1000";
+  auto args = [&](const std::string& name, const std::string& extra) {
+    return "base.yml base_output_directory=" + base + " run_name=" + name + tp::kTiny + " " + extra;
+  };
+  auto full = tp::run(args("straight", run + " steps=100"));
+  INFO(full.output);
+  REQUIRE(full.code == 0);
+  CHECK_THAT(full.output, Catch::Contains("decay from 1382 to 1728 tokens; the run ends at train_tokens=1728") &&
+                              Catch::Contains("done: 12 steps"));
+  const auto tokens = tp::field(base + "/straight/metrics.jsonl", "tokens_seen");
+  const auto lr = tp::field(base + "/straight/metrics.jsonl", "lr");
+  REQUIRE(tokens.size() == 12);
+  CHECK(tokens.back() == "1728");
+  // The peak (1e-2 at 4 sequences, x2 at 16 by sqrt scaling) until the last step, which starts at 1472 tokens.
+  CHECK(std::stod(lr[10]) == Approx(2e-2));
+  CHECK(std::stod(lr[11]) < 2e-2);
+  CHECK(std::stod(lr[11]) == Approx(2e-2 * (1728 - 1472) / (1728 - 1382)));
+  for (int stop : {5, 11}) {  // at the batch change to 8, and just before the decay
+    const std::string name = "stop" + std::to_string(stop);
+    auto part = tp::run(args(name, run + " steps=" + std::to_string(stop)));
+    REQUIRE(part.code == 0);
+    CHECK_THAT(part.output, Catch::Contains("stopped at steps=" + std::to_string(stop)));
+    auto resumed = tp::run(args(name, run + " steps=100"));
+    INFO(resumed.output);
+    REQUIRE(resumed.code == 0);
+    CHECK(tp::field(base + "/" + name + "/metrics.jsonl", "loss") == tp::field(base + "/straight/metrics.jsonl", "loss"));
+    CHECK(tp::field(base + "/" + name + "/metrics.jsonl", "lr") == lr);
+  }
+  // Finished: a rerun trains nothing.
+  auto again = tp::run(args("straight", run + " steps=100"));
+  CHECK(again.code == 0);
+  CHECK_THAT(again.output, Catch::Contains("already complete at step 12"));
+}
+
 TEST_CASE("bitwise resume at a gns policy change: the resumed run makes the same decisions", "[batch][resume][gns]") {
   const std::string base = tp::fresh_dir("batch_resume_gns");
   // K=2 at the start (the noise scale needs two microbatches), a tiny margin, an EMA that settles after 2 steps:

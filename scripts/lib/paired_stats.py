@@ -2,7 +2,7 @@
 """Paired comparison of a seeded study's arms against a baseline arm: is an arm's held-out loss different from the
 baseline's by more than seed noise?
 
-Usage: paired_stats.py [--baseline fp32] [--last 3] [--md FILE] [--tsv FILE] [--plot FILE.png] STUDY_DIR...
+Usage: paired_stats.py [--baseline fp32] [--last 3] [--pool-k] [--md FILE] [--tsv FILE] [--plot FILE.png] STUDY_DIR...
   Each STUDY_DIR holds run directories named ARM-seedS (scripts/corpus_study.sh --seeds). Runs are grouped by
   gradient_accumulation_steps (K, from the run's config.yml) and arm. For every arm and K, each seed's run is
   paired with the baseline's run at the same seed and K, and two differences are taken (arm minus baseline):
@@ -11,6 +11,7 @@ Usage: paired_stats.py [--baseline fp32] [--last 3] [--md FILE] [--tsv FILE] [--
   Reported per arm and K: the number of pairs n, the mean difference, its sample sd, and the 95 % t-interval
   mean +- t(0.975, n-1) sd / sqrt(n). An interval that contains 0 reads "no difference detectable at +-X", X being
   its half-width. Beside each arm: the mean grad_rel_error (grad_fidelity_period) over all its runs' measured steps.
+  --pool-k: one group whatever K (for arms whose K differs or changes, e.g. scripts/batch_size_study.sh);
   --md: the table in Markdown; --tsv: every pair's differences; --plot: a PNG of every seed's difference (gnuplot).
 Standard library only (any python3): the study must not need anything the trainer does not.
 """
@@ -158,8 +159,9 @@ def read_run(path, last):
     return {"k": k, "final": evals[-1], "last": mean(evals[-last:]), "rel": rel, "under": under}
 
 
-def read_studies(dirs, last):
-    """{(K, arm): {seed: run}} over every ARM-seedS run directory of the given study directories."""
+def read_studies(dirs, last, pool_k=False):
+    """{(K, arm): {seed: run}} over every ARM-seedS run directory of the given study directories; with pool_k every
+    run is put under K = 0 (arms whose K differs, or changes during the run, compared with each other)."""
     runs = {}
     for d in dirs:
         for name in sorted(os.listdir(d)):
@@ -168,6 +170,8 @@ def read_studies(dirs, last):
                 continue
             run = read_run(os.path.join(d, name), last)
             if run is not None:
+                if pool_k:
+                    run["k"] = 0
                 runs.setdefault((run["k"], m.group("arm")), {})[int(m.group("seed"))] = run
     return runs
 
@@ -268,10 +272,12 @@ def main(argv):
     ap.add_argument("--md")
     ap.add_argument("--tsv")
     ap.add_argument("--plot")
+    ap.add_argument("--pool-k", action="store_true",
+                    help="compare arms whatever their gradient_accumulation_steps (K is reported as 0)")
     a = ap.parse_args(argv)
     if a.last < 1:
         ap.error("--last must be >= 1")
-    rows = compare(read_studies(a.dirs, a.last), a.baseline)
+    rows = compare(read_studies(a.dirs, a.last, a.pool_k), a.baseline)
     if not rows:
         print("paired_stats.py: no arm has runs at the same seeds as '%s' in %s" % (a.baseline, " ".join(a.dirs)),
               file=sys.stderr)

@@ -35,6 +35,8 @@ struct Config {
 
   // Examples in one global batch on one process: per_device_batch_size x gradient_accumulation_steps.
   int64_t local_batch() const { return per_device_batch_size * gradient_accumulation_steps; }
+  // train_tokens in whole sequences (rounded up); 0: no token budget.
+  int64_t train_sequences() const { return train_tokens > 0 ? (train_tokens + max_target_length - 1) / max_target_length : 0; }
   int64_t schedule_steps() const { return learning_rate_schedule_steps < 0 ? steps : learning_rate_schedule_steps; }
 };
 

@@ -65,6 +65,15 @@ void validate_batch_growth(const Config& c) {
     throw ConfigError("batch_size_policy=gns needs gradient_noise_scale=true: it acts on the measured noise scale");
 }
 
+// The LR schedule: warmup and the wsd decay must not overlap. (A train_tokens run may stop earlier at `steps`, e.g.
+// to train part of it now and resume it later: the trainer says so at the end.)
+void validate_lr_schedule(const Config& c) {
+  if (c.lr_schedule_type == LrScheduleType::wsd && c.warmup_steps_fraction + c.wsd_decay_steps_fraction > 1)
+    throw ConfigError(fmt::format("warmup_steps_fraction={} + wsd_decay_steps_fraction={} exceed 1: the warmup and "
+                                  "the decay of lr_schedule_type=wsd would overlap; lower one of them",
+                                  c.warmup_steps_fraction, c.wsd_decay_steps_fraction));
+}
+
 } // namespace
 
 std::string resolve_config_path(const std::string& arg, const std::string& configs_dir) {
@@ -143,6 +152,7 @@ void validate(const Config& c) {
                      c.dataset_path));
   validate_eval(c);
   validate_batch_growth(c);
+  validate_lr_schedule(c);
   if (c.eval_interval > 0 && c.eval_interval_sequences > 0)
     fail(fmt::format("eval_interval={} and eval_interval_sequences={} both set when to evaluate; give one of them",
                      c.eval_interval, c.eval_interval_sequences));

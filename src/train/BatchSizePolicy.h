@@ -31,8 +31,8 @@ struct BatchPolicyOptions {
   bool gns = false;                    // batch_size_policy=gns
   int64_t start_batch = 8;             // B0, the run's first global batch (sequences)
   int64_t max_batch = int64_t(1) << 20;  // gns: never past this
-  double margin = 1;                   // gns: double once gns_tokens > margin x the batch in tokens
-  int64_t min_steps_between_changes = 20;
+  double margin = 8;                   // gns: double once gns_tokens > margin x the batch in tokens
+  int64_t min_steps_between_changes = 50;  // (both as ConfigKeys.def's defaults)
   int64_t settle_updates = 20;         // gns: EMA updates before the estimate is trusted: 1 / (1 - gns_ema_decay)
   int64_t tokens_per_sequence = 128;   // max_target_length: schedule points count sequences x this
   config::BatchLrScaling lr_scaling = config::BatchLrScaling::sqrt;

@@ -16,6 +16,7 @@ namespace shadowgrad::train {
 Evaluator::Evaluator(const config::Config& c, int world_size)
     : source_(data::make_eval_source(data::DataOptions::from_config(c))), interval_(c.eval_interval),
       interval_sequences_(c.eval_interval_sequences), last_step_(c.steps),
+      last_sequences_(c.train_sequences()),
       batch_(c.eval_per_device_batch_size > 0 ? c.eval_per_device_batch_size : c.per_device_batch_size),
       world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens),
       fused_kernels_(c.fused_kernels) {
@@ -57,7 +58,8 @@ bool Evaluator::due(int64_t completed_steps, int64_t sequences_before, int64_t s
   const bool by_steps = interval_ > 0 && completed_steps % interval_ == 0;
   const bool by_sequences =
       interval_sequences_ > 0 && sequences_after / interval_sequences_ > sequences_before / interval_sequences_;
-  return by_steps || by_sequences || completed_steps == last_step_;
+  const bool budget_spent = last_sequences_ > 0 && sequences_before < last_sequences_ && sequences_after >= last_sequences_;
+  return by_steps || by_sequences || completed_steps == last_step_ || budget_spent;
 }
 
 double Evaluator::run(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const {

@@ -36,7 +36,7 @@ public:
   bool enabled() const { return source_ != nullptr; }
   // After `completed_steps` optimizer steps, which took the sequences seen from `sequences_before` to
   // `sequences_after`: every eval_interval steps, whenever a multiple of eval_interval_sequences is crossed, and after
-  // the last step.
+  // the last step (the step that reaches train_tokens, too).
   bool due(int64_t completed_steps, int64_t sequences_before = 0, int64_t sequences_after = 0) const;
   double run(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const;
   int64_t batches() const { return batches_; }
@@ -44,7 +44,7 @@ public:
 
 private:
   std::unique_ptr<data::DataSource> source_; // null when eval_interval <= 0
-  int64_t interval_, interval_sequences_, last_step_, batch_, world_, batches_ = 0, loss_chunk_tokens_;
+  int64_t interval_, interval_sequences_, last_step_, last_sequences_, batch_, world_, batches_ = 0, loss_chunk_tokens_;
   bool fused_kernels_;
 };
 

@@ -78,6 +78,7 @@ class StepLoop {
       metrics_.emplace(start.dir->file("metrics.jsonl"));
     }
     summary_.run_dir = start.dir ? start.dir->path() : "";
+    summary_.steps = start.state.step;
     summary_.first_loss = start.earlier.first_loss;
     summary_.eval_loss = start.earlier.eval_loss;  // a resumed run without a later evaluation keeps the last one
   }
@@ -105,10 +106,12 @@ class StepLoop {
       if (st.noise) summary_.gns_tokens = st.noise->gns_tokens;
       if (metrics_) report(s, st, peak, evaluated, eval_s);
       guard_.check(st);
-      checkpoint_or_stop(s);
+      const bool budget_spent = budget_ > 0 && policy_.state().sequences >= budget_;
+      checkpoint_or_stop(s, budget_spent);
+      summary_.steps = s + 1;
+      if (budget_spent) break;
     }
     progress_.finish();
-    summary_.steps = cfg_.steps;
     summary_.avg_tokens_per_s = summary_.seconds > 0 ? total_tokens_ / summary_.seconds : 0;
     summary_.peak_mem_bytes = meter_.run_peak();
     return summary_;
@@ -168,9 +171,10 @@ class StepLoop {
     progress_.update(line);
   }
 
-  // After step s: the state a checkpoint records; a checkpoint when one is due or every process is stopping (they
+  // After step s: the state a checkpoint records; a checkpoint when one is due, at the last step of a token budget
+  // (`last`: train_tokens), or when every process is stopping (they
   // fall between optimizer steps, where the shadow tree is zero: nothing is lost); then the stop, if any.
-  void checkpoint_or_stop(int64_t s) {
+  void checkpoint_or_stop(int64_t s, bool last) {
     checkpoint::TrainState& state = start_.state;
     state.step = s + 1;
     if (const NoiseScale* gns = step_.noise_scale()) {
@@ -183,7 +187,7 @@ class StepLoop {
     state.global_batch = policy_.state().global_batch;
     state.batch_last_change_step = policy_.state().last_change_step;
     const int stop = agreed_stop(signals_, step_.data_parallel());
-    if (start_.checkpoints && (start_.checkpoints->due(state.step) || (stop && cfg_.enable_checkpointing)))
+    if (start_.checkpoints && (start_.checkpoints->due(state.step) || ((stop || last) && cfg_.enable_checkpointing)))
       start_.checkpoints->save(state, *step_.model(), step_.optimizer());
     if (!stop) return;
     progress_.finish();
@@ -207,6 +211,7 @@ class StepLoop {
   RunSummary summary_;
   const int64_t earlier_steps_;  // steps done before this process started (resumed from the checkpoint)
   int64_t total_tokens_ = 0;
+  const int64_t budget_ = cfg_.train_sequences();  // train_tokens in sequences; 0: the run is `steps` long
 };
 
 } // namespace

@@ -10,6 +10,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "config/ConfigEnums.h"
+#include "train/LrSchedule.h"
 #include "train/OptimizerOptions.h"
 
 namespace shadowgrad::config {
@@ -26,11 +27,10 @@ struct StepOptions {
   // > 0: the loss from the hidden states, this many token rows per task, without fp32 logits; 0: full logits.
   int64_t loss_chunk_tokens = 64;
   bool fused_kernels = true;  // the chunked loss's fused cross-entropy
-  // Linear warmup then cosine decay (LrSchedule).
-  double peak_lr = 3e-3;
-  int64_t schedule_steps = 300;  // learning_rate_schedule_steps, or steps when that is -1
-  double warmup_fraction = 0.1;
-  double final_lr_fraction = 0.1;
+  // Warmup then cosine or wsd decay (LrSchedule). lr.length is in steps (learning_rate_schedule_steps, or steps when
+  // that is -1); with lr.unit = tokens, lr_schedule() turns it into tokens, unless lr_tokens (train_tokens) gives them.
+  LrScheduleOptions lr;
+  int64_t lr_tokens = 0;
   int64_t fidelity_period = 0;  // every this many steps, an fp32 reference tree too (grad_rel_error); 0: never
   c10::ScalarType grad_dtype = c10::kFloat;  // the shadow tree
   config::GradRounding rounding = config::GradRounding::nearest;
@@ -41,6 +41,9 @@ struct StepOptions {
   OptimizerOptions optimizer;
 
   static StepOptions from_config(const config::Config& cfg);
+  // The schedule of a run whose first step trains `first_global_batch` sequences: in tokens, a length of N steps is
+  // N steps of that batch.
+  LrScheduleOptions lr_schedule(int64_t first_global_batch) const;
 };
 
 } // namespace shadowgrad::train

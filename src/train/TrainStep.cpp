@@ -36,7 +36,7 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
       device_(device),
       micro_batch_(o.microbatch),
       micro_steps_(o.accumulation_steps),
-      schedule_(o.peak_lr, o.schedule_steps, o.warmup_fraction, o.final_lr_fraction),
+      schedule_(o.lr_schedule(o.microbatch * o.accumulation_steps * (dp ? dp->world_size() : 1))),
       accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(), o.grad_dtype)),
       dp_(std::move(dp)),
       zero_(dp_ && dp_->shard_optimizer() ? std::make_unique<distributed::ShardedOptimizer>(
@@ -235,7 +235,7 @@ StepStats TrainStep::run(int64_t step, const StepBatch& batch) {
     s.grad_sq_norm_global_fp32 = sums.noise.big_sq_fp32;
   }
   s.grad_norm = accumulator_->clip_global_norm_(options_.clip_threshold);
-  s.lr = schedule_(step) * batch.lr_factor;
+  s.lr = schedule_.of_step(step, batch.first_sequence, batch.global_batch) * batch.lr_factor;
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   // No target anywhere in the global batch (SFT rows that are all prompt): nothing to learn, and AdamW would still
   // move the weights (momentum, decay). Every process sees the same global count, so all skip together.

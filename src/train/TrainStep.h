@@ -118,6 +118,7 @@ class TrainStep {
   Accumulated accumulate_batch(int64_t step) { return accumulate_batch(step, fixed_batch(step)); }
   Accumulated accumulate_batch(int64_t step, const StepBatch& batch);
   StepBatch fixed_batch(int64_t step) const;
+  const LrSchedule& lr_schedule() const { return schedule_; }
   // ExampleOrder::steps only for a run resumed from a checkpoint that predates data_order (data/ExampleOrder.h).
   void set_example_order(data::ExampleOrder order) { order_ = order; }
   data::ExampleOrder example_order() const { return order_; }

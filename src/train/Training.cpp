@@ -101,6 +101,13 @@ void log_run_start(const config::Config& cfg, const ComputeDtypeChoice& dtype, c
                  cfg.gns_batch_margin, cfg.gns_min_steps_between_changes,
                  cfg.global_batch_size_max > 0 ? cfg.global_batch_size_max : int64_t(1) << 20,
                  cfg.batch_size_lr_scaling);
+  const LrSchedule& lr = step.lr_schedule();
+  if (lr.options().unit == LrUnit::tokens)
+    spdlog::info("LR schedule ({}) in tokens, the same points in data at any batch: warmup to {:.0f}, decay from {:.0f} "
+                 "to {:.0f} tokens{}",
+                 cfg.lr_schedule_type, lr.options().warmup_fraction * lr.options().length, lr.decay_start(),
+                 lr.options().length,
+                 cfg.train_tokens > 0 ? fmt::format("; the run ends at train_tokens={}", cfg.train_tokens) : "");
 }
 
 } // namespace
@@ -122,13 +129,18 @@ RunSummary Training::run() {
   TrainStep step(options, model, *source_, device_, dp);
 
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
-  if (start.state.step > 0 && start.state.step == cfg_.steps) return finish_from_disk(start, step, meter);
+  const bool budget_spent = cfg_.train_tokens > 0 && start.state.sequences >= cfg_.train_sequences();
+  if (start.state.step > 0 && (start.state.step == cfg_.steps || budget_spent)) return finish_from_disk(start, step, meter);
   if (start.dir && start.state.step == 0 && !cfg_.load_parameters_path.empty())
     hub::carry_model_files(cfg_.load_parameters_path, start.dir->path());  // tokenizer, config.json, source.json
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
   log_run_start(cfg_, dtype_, start, step, world, threads);
   RunSummary summary = run_steps(cfg_, step, *evaluator_, meter, signals, start, device_, policy);
-  if (start.dir) write_end_of_run_files(*start.dir, summary, memory_report(step, meter, cfg_.steps));
+  if (cfg_.train_tokens > 0 && policy.state().sequences < cfg_.train_sequences())
+    spdlog::warn("stopped at steps={} after {} of train_tokens={} tokens; raise steps (a cap when train_tokens is set) "
+                 "and rerun the same command to train the rest",
+                 cfg_.steps, policy.state().sequences * cfg_.max_target_length, cfg_.train_tokens);
+  if (start.dir) write_end_of_run_files(*start.dir, summary, memory_report(step, meter, summary.steps));
   return summary;
 }
 
