@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The fine-tuning loop a transformers user writes, for docs/performance.md's comparison with the trainer on a Hugging
-Face model: LlamaForCausalLM (SDPA attention) in fp32, torch.optim.AdamW(fused=True), K microbatches of 1 x T tokens
+Face model: LlamaForCausalLM (SDPA attention) in fp32, torch.optim.AdamW(fused=True), clipping at 1.0, K microbatches of 1 x T tokens
 per step with `loss / K` into .grad, eager or under torch.compile. The windows are the trainer's (example j of the run
 at offset mix64(...) % (n - T), src/data/TokenSource.cpp), so both train on the same tokens.
 Prints one line: steady-state tokens/s over steps 2..STEPS (the first step, with compilation, is not counted).
@@ -62,6 +62,7 @@ def main():
             logits = forward(input_ids=w[:, :-1]).logits
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), w[0, 1:])
             (loss / a.k).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # as the trainer's gradient_clipping_threshold=1
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
