@@ -8,7 +8,8 @@
 # Usage: scripts/hf_finetune_bench.sh [--model DIR] [--tokens FILE] [--rounds N] [--steps N] [--k K] [--arms LIST]
 #   defaults: models/SmolLM2-135M-Instruct (scripts/prepare_model.sh), data/smol/train.bin
 #   (scripts/prepare_data.sh --model-dir ... --out data/smol), 3 rounds, 3 steps, K=4, arms trainer,eager,compile.
-#   Extra trainer keys go in TRAINER_KEYS (e.g. TRAINER_KEYS="grad_dtype=float32").
+#   Extra trainer keys go in TRAINER_KEYS (e.g. TRAINER_KEYS="grad_dtype=float32"); TRAINER=PATH uses that binary
+#   instead of building build/trainer.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"
@@ -21,14 +22,14 @@ while (($#)); do
   shift 2
 done
 [ -f "$model/config.json" ] && [ -f "$tokens" ] || { echo "need $model (prepare_model.sh) and $tokens (prepare_data.sh --model-dir)" >&2; exit 2; }
-build_shadowgrad trainer >&2
+[ -n "${TRAINER:-}" ] || { build_shadowgrad trainer >&2; TRAINER=$SHADOWGRAD_ROOT/build/trainer; }
 out=$(mktemp -d /tmp/hf_finetune_bench.XXXXXX)
 results=$out/results.tsv
 run_arm() {  # arm round -> appends "arm round tokens_per_s peak_kib" to results
   local arm=$1 round=$2 log=$out/$1-$2.log
   case $arm in
     trainer)
-      /usr/bin/time -f "peak_kib %M" -o "$log.time" "$SHADOWGRAD_ROOT/build/trainer" base.yml \
+      /usr/bin/time -f "peak_kib %M" -o "$log.time" "$TRAINER" base.yml \
         load_parameters_path="$model" dataset_type=tokens dataset_path="$tokens" max_target_length=512 \
         per_device_batch_size=1 gradient_accumulation_steps="$k" grad_dtype=bfloat16 steps="$steps" learning_rate=1e-5 \
         warmup_steps_fraction=0 enable_checkpointing=false gradient_noise_scale=false log_period=1 \
