@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The fine-tuning loop a transformers user writes, for docs/performance.md's comparison with the trainer on a Hugging
 Face model: LlamaForCausalLM (SDPA attention) in fp32, torch.optim.AdamW(fused=True), clipping at 1.0, K microbatches of 1 x T tokens
-per step with `loss / K` into .grad, eager or under torch.compile. The windows are the trainer's (example j of the run
+per step with `loss / K` into .grad, eager or under torch.compile; --bf16 runs the forward under
+torch.autocast(bfloat16), as such a user would on a CPU with native bf16 (where the trainer's dtype=auto picks bf16). The windows are the trainer's (example j of the run
 at offset mix64(...) % (n - T), src/data/TokenSource.cpp), so both train on the same tokens.
 Prints one line: steady-state tokens/s over steps 2..STEPS (the first step, with compilation, is not counted).
 
-Usage: hf_finetune_loop.py MODEL_DIR TOKENS.bin [--steps 3] [--k 4] [--seq 512] [--compile] [--threads 2]
+Usage: hf_finetune_loop.py MODEL_DIR TOKENS.bin [--steps 3] [--k 4] [--seq 512] [--compile] [--bf16] [--threads 2]
 """
 import argparse
 import struct
@@ -41,6 +42,7 @@ def main():
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--bf16", action="store_true")
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -59,8 +61,9 @@ def main():
             o = mix64(mix64(mix64(0) ^ 0) ^ j) % (n - a.seq)
             j += 1
             w = torch.from_numpy(tokens[o:o + a.seq + 1].astype(np.int64))[None]
-            logits = forward(input_ids=w[:, :-1]).logits
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), w[0, 1:])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                logits = forward(input_ids=w[:, :-1]).logits
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), w[0, 1:])
             (loss / a.k).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # as the trainer's gradient_clipping_threshold=1
         opt.step()

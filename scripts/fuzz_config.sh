@@ -6,36 +6,10 @@
 # Usage: scripts/fuzz_config.sh [SECONDS]   e.g. scripts/fuzz_config.sh 60
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
-seconds=${1:-60}
-root="$(cd "$(dirname "$0")/.." && pwd)"
-out="${SHADOWGRAD_FUZZ_DIR:-$root/build/fuzz}"
-cxx=$(command -v clang++ || command -v clang++-14 || true)
-if [[ -z $cxx ]]; then
-  echo "fuzz_config: SKIPPED: clang++ not found (apt-get install clang-14 libclang-rt-14-dev)" >&2
-  exit 77
-fi
-mkdir -p "$out/corpus"
-bin="$out/config_fuzzer"
-srcs=("$root/fuzz/config_fuzzer.cpp" "$root"/src/config/*.cpp)
-if [[ ! -x $bin ]] || [[ -n $(find "${srcs[@]}" "$root"/src/config/*.h "$root"/src/config/*.def "$root/src/util/Errors.h" \
-                              -newer "$bin" 2>/dev/null) ]]; then
-  echo "fuzz_config: building $bin" >&2
-  "$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root/src" "${srcs[@]}" -lyaml-cpp -lfmt -o "$bin"
-fi
-cp -n "$root"/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
-cd "$out"
-# -rss_limit_mb guards against runaway memory; -timeout flags any single input taking over 10 s.
-set +e
-"$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 "$out/corpus" \
-  >"$out/fuzz.log" 2>&1
-status=$?
-set -e
-grep -E "^(INFO: Seed|INFO: -max_len|#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|==[0-9]+==|SUMMARY|.*Test unit written)" \
-  "$out/fuzz.log" || true
-if [[ $status -ne 0 ]]; then
-  tail -40 "$out/fuzz.log" >&2
-  echo "fuzz_config: FAILED (exit $status); reproducer(s): $(ls "$out"/crash-* "$out"/timeout-* "$out"/oom-* 2>/dev/null)" >&2
-  exit 1
-fi
-echo "fuzz_config: OK, no crash in ${seconds}s (log: $out/fuzz.log)"
+SHADOWGRAD_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$SHADOWGRAD_ROOT/scripts/lib/fuzz.sh"
+fuzz_name=fuzz_config fuzz_out="${SHADOWGRAD_FUZZ_DIR:-$SHADOWGRAD_ROOT/build/fuzz}" fuzz_max_len=4096
+fuzz_srcs=("$SHADOWGRAD_ROOT/fuzz/config_fuzzer.cpp" "$SHADOWGRAD_ROOT"/src/config/*.cpp)
+fuzz_deps=("$SHADOWGRAD_ROOT"/src/config/*.h "$SHADOWGRAD_ROOT"/src/config/*.def "$SHADOWGRAD_ROOT/src/util/Errors.h")
+fuzz_libs=(-lyaml-cpp -lfmt) fuzz_seeds="$SHADOWGRAD_ROOT/fuzz/corpus"
+run_fuzzer "${1:-60}"

@@ -3,7 +3,8 @@
 # (bench/hf_finetune_loop.py: LlamaForCausalLM with SDPA, AdamW(fused=True), loss / K into .grad), eager and under
 # torch.compile, in alternating rounds: each round runs every arm once, as fresh processes. Prints per-run tokens/s
 # (steps after the first) and peak RSS (/usr/bin/time), then the median and range over the rounds, and each arm's
-# ratio to the trainer taken within a round (docs/performance.md, "Fine-tuning a Hugging Face model").
+# ratio to the trainer taken within a round (docs/performance.md, "Fine-tuning a Hugging Face model"). Compute is
+# fp32, or bf16 on a CPU with avx512_bf16 or AMX: the trainer's dtype=auto, the loop's torch.autocast.
 # Cost: with the defaults (SmolLM2-135M, K=4 x 1 x 512 tokens, 3 steps, 3 rounds, 3 arms) about 15-25 min on 2 cores.
 # Usage: scripts/hf_finetune_bench.sh [--model DIR] [--tokens FILE] [--rounds N] [--steps N] [--k K] [--arms LIST]
 #   defaults: models/SmolLM2-135M-Instruct (scripts/prepare_model.sh), data/smol/train.bin
@@ -23,6 +24,8 @@ while (($#)); do
 done
 [ -f "$model/config.json" ] && [ -f "$tokens" ] || { echo "need $model (prepare_model.sh) and $tokens (prepare_data.sh --model-dir)" >&2; exit 2; }
 [ -n "${TRAINER:-}" ] || { build_shadowgrad trainer >&2; TRAINER=$SHADOWGRAD_ROOT/build/trainer; }
+# The loop's twin of the trainer's dtype=auto (src/util/NativeBf16.cpp reads the same flags through torch's cpuinfo).
+autocast=$(grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo && echo --bf16 || true)
 out=$(mktemp -d /tmp/hf_finetune_bench.XXXXXX)
 results=$out/results.tsv
 run_arm() {  # arm round -> appends "arm round tokens_per_s peak_kib" to results
@@ -39,13 +42,13 @@ rows=[json.loads(l) for l in open(sys.argv[1])][1:]
 print(sum(r["input_tokens"] for r in rows) / sum(r["step_time_s"] for r in rows))' "$out/runs/r$round/metrics.jsonl") ;;
     eager|compile)
       /usr/bin/time -f "peak_kib %M" -o "$log.time" "$SHADOWGRAD_PYTHON" "$SHADOWGRAD_ROOT/bench/hf_finetune_loop.py" \
-        "$model" "$tokens" --steps "$steps" --k "$k" $([ "$arm" = compile ] && echo --compile) > "$log" 2>&1
+        "$model" "$tokens" --steps "$steps" --k "$k" $([ "$arm" = compile ] && echo --compile) $autocast > "$log" 2>&1
       tps=$(awk '/^tokens_per_s/{print $2}' "$log") ;;
   esac
   printf '%s\t%s\t%s\t%s\n' "$arm" "$round" "$tps" "$(awk '/peak_kib/{print $2}' "$log.time")" >> "$results"
   echo "round $round $arm: $tps tokens/s, peak $(awk '/peak_kib/{print int($2/1024)}' "$log.time") MiB" >&2
 }
-echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores" >&2
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, compute $([ -n "$autocast" ] && echo bf16 || echo fp32)" >&2
 for ((r = 1; r <= rounds; r++)); do
   for arm in ${arms//,/ }; do run_arm "$arm" "$r"; done
 done

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -42,6 +43,7 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.hoist_weight_cast = c.hoist_weight_cast;
   o.fused_kernels = c.fused_kernels;
   o.remat = c.remat_policy;
+  o.attention = c.attention;
   return o;
 }
 
@@ -192,6 +194,13 @@ torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const tor
   auto q = o.fused_kernels ? rope(q_proj, rope_cos_, rope_sin_, scale, pos)
                            : apply_rope(q_proj.transpose(1, 2), pos).mul_(scale);
   auto k = o.fused_kernels ? rope(k_proj, rope_cos_, rope_sin_, 1.0, pos) : apply_rope(k_proj.transpose(1, 2), pos);
+  if (o.attention == DecoderOptions::Attention::autoselected) {
+    // q is already scaled. A packed batch's block-causal mask is additive: [B,1,T,T] broadcasts over the heads.
+    auto mask = layout.mask.defined() ? std::optional<at::Tensor>(layout.mask.view({B, 1, T, T})) : std::nullopt;
+    auto out = at::scaled_dot_product_attention(q, k, v.transpose(1, 2), mask, 0.0, !mask.has_value(), 1.0,
+                                                /*enable_gqa=*/G != o.num_query_heads);
+    return out.transpose(1, 2).reshape({B, T, o.num_query_heads * o.head_dim});
+  }
   // Grouped-query attention without copying K/V: the R query heads of a group are stacked along the
   // row dimension, so one batched matmul per group serves them all.
   auto qg = q.reshape({B, G, R * T, o.head_dim});  // a view of the fused RoPE's contiguous output

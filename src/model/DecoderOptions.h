@@ -43,6 +43,10 @@ struct DecoderOptions {
   // none: everything autograd saves; full: only the block's input, the block is re-run in backward;
   // minimal: the outputs of the projection matmuls, the norms, RoPE, the attention core and SiLU are re-run.
   using Remat = config::RematPolicy;
+  // autoselected: LibTorch's scaled_dot_product_attention (a fused kernel; no [T x T] probabilities kept);
+  // dot_product: matmul, mask, softmax, matmul.
+  using Attention = config::AttentionKernel;
+  Attention attention = Attention::autoselected;
   Remat remat = Remat::none;
 
   static DecoderOptions from_config(const config::Config& cfg);
