@@ -58,12 +58,12 @@ rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
 by = collections.defaultdict(dict)
 for arm, rnd, tps, kib in rows:
     by[arm][rnd] = (float(tps), int(kib) / 1024)
-def mr(xs):
-    return f"{statistics.median(xs):.3g} ({min(xs):.3g}-{max(xs):.3g})"
+def mr(xs, f=".3g"):
+    return f"{statistics.median(xs):{f}} ({min(xs):{f}}-{max(xs):{f}})"
 print("| arm | tokens/s | peak RSS MiB | tokens/s vs trainer | peak vs trainer |\n|---|---:|---:|---:|---:|")
 for arm, runs in by.items():
     t = [v[0] for v in runs.values()]; m = [v[1] for v in runs.values()]
     rt = [runs[r][0] / by["trainer"][r][0] for r in runs if r in by.get("trainer", {})]
     rm = [runs[r][1] / by["trainer"][r][1] for r in runs if r in by.get("trainer", {})]
-    print(f"| {arm} | {mr(t)} | {mr(m)} | {mr(rt) if rt else '-'} | {mr(rm) if rm else '-'} |")
+    print(f"| {arm} | {mr(t)} | {mr(m, '.0f')} | {mr(rt) if rt else '-'} | {mr(rm) if rm else '-'} |")
 PY
