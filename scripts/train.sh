@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Usage: scripts/train.sh [CONFIG] [key=value ...]
 # Installs missing packages, builds if needed, and trains with CONFIG (default configs/base.yml).
-# Cost: the default config (300 steps x 1024 tokens, dtype=auto) takes ~95 s at the 3293 tokens/s fp32 ran on a quiet
-# AVX2 EPYC (first build aside); on 2026-12-03 it took 298 s at 778 tokens/s there, beside a benchmark.
+# Cost: the default config (300 steps x 1024 tokens, dtype=auto) took 202 s on a quiet AVX2 EPYC on 2026-12-03 (fp32,
+# 1506 tokens/s; 48 s of it the package and build checks and start-up), first build aside.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"
