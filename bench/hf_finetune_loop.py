@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The fine-tuning loop a transformers user writes, for docs/performance.md's comparison with the trainer on a Hugging
-Face model: LlamaForCausalLM (SDPA attention) in fp32, torch.optim.AdamW(fused=True), clipping at 1.0, K microbatches of 1 x T tokens
-per step with `loss / K` into .grad, eager or under torch.compile; --bf16 runs the forward under
-torch.autocast(bfloat16), as such a user would on a CPU with native bf16 (where the trainer's dtype=auto picks bf16). The windows are the trainer's (example j of the run
-at offset mix64(...) % (n - T), src/data/TokenSource.cpp), so both train on the same tokens.
+Face model: LlamaForCausalLM (SDPA attention) in fp32, torch.optim.AdamW(fused=True), clipping at 1.0, K microbatches
+of 1 x T tokens per step with `loss / K` into .grad, eager or under torch.compile. --bf16 runs the forward under
+torch.autocast(bfloat16), as such a user would on a CPU with native bf16 (where the trainer's dtype=auto picks bf16).
+The windows are the trainer's (example j of the run at offset mix64(...) % (n - T), src/data/TokenSource.cpp),
+so both train on the same tokens.
 Prints one line: steady-state tokens/s over steps 2..STEPS (the first step, with compilation, is not counted).
 
 Usage: hf_finetune_loop.py MODEL_DIR TOKENS.bin [--steps 3] [--k 4] [--seq 512] [--compile] [--bf16] [--threads 2]
