@@ -79,8 +79,7 @@ HfConfig hf_config_from(const config::Config& cfg, const HfConfig* original, con
   c.head_dim = cfg.head_dim;
   c.rms_norm_eps = cfg.normalization_layer_epsilon;
   c.rope_theta = cfg.rope_max_timescale;
-  c.rope_scaling = {cfg.rope_type, cfg.rope_factor, cfg.rope_low_freq_factor, cfg.rope_high_freq_factor,
-                    cfg.rope_original_max_position};
+  c.rope_scaling = model::RopeScaling::from_config(cfg);
   c.tie_word_embeddings = cfg.logits_via_embedding;
   c.dtype = dtype;
   return c;

@@ -32,8 +32,7 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.max_length = c.max_target_length;
   o.norm_eps = c.normalization_layer_epsilon;
   o.rope_max_timescale = c.rope_max_timescale;
-  o.rope_scaling = {c.rope_type, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
-                    c.rope_original_max_position};
+  o.rope_scaling = RopeScaling::from_config(c);
   o.attention_bias = c.attention_bias;
   o.qk_norm = c.use_qk_norm;
   o.tied_output = c.logits_via_embedding;

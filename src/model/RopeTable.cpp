@@ -4,7 +4,13 @@
 
 #include <ATen/ATen.h>
 
+#include "config/Config.h"
+
 namespace shadowgrad::model {
+
+RopeScaling RopeScaling::from_config(const config::Config& c) {
+  return {c.rope_type, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.rope_original_max_position};
+}
 
 at::Tensor rope_inverse_frequencies(double theta, int64_t head_dim, const RopeScaling& s) {
   const int64_t half = head_dim / 2;

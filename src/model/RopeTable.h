@@ -9,6 +9,10 @@
 
 #include "config/ConfigEnums.h"
 
+namespace shadowgrad::config {
+struct Config;
+}
+
 namespace shadowgrad::model {
 
 struct RopeScaling {
@@ -17,6 +21,9 @@ struct RopeScaling {
   double low_freq_factor = 1;    // llama3
   double high_freq_factor = 4;   // llama3
   int64_t original_max_position = 8192;  // llama3
+
+  // The config's rope_* keys, read in one place for the decoder and for export's config.json.
+  static RopeScaling from_config(const config::Config& cfg);
 };
 
 // theta^(-2i/head_dim) for i < head_dim/2, then scaled as `scaling` says; float64, on the CPU.
