@@ -2,6 +2,7 @@
 // Exit codes: 0 success, 1 runtime failure, 2 bad input (config, data, run directory, checkpoint,
 // command line), 3 too many non-finite steps in a row, 130 / 143 stopped by SIGINT / SIGTERM.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -165,8 +166,11 @@ int main(int argc, char** argv) {
     install_test_seams();
     shadowgrad::train::Training training(cfg);
     auto summary = training.run();
-    spdlog::info("done: {} steps | loss {:.4f} -> {:.4f} | {:.0f} tokens/s average | {}", summary.steps,
-                 summary.first_loss, summary.final_loss, summary.avg_tokens_per_s,
+    // A resumed run's first loss comes from metrics.jsonl, which only rank 0 reads: the other ranks give the last.
+    const std::string losses = std::isnan(summary.first_loss)
+                                   ? fmt::format("loss {:.4f}", summary.final_loss)
+                                   : fmt::format("loss {:.4f} -> {:.4f}", summary.first_loss, summary.final_loss);
+    spdlog::info("done: {} steps | {} | {:.0f} tokens/s average | {}", summary.steps, losses, summary.avg_tokens_per_s,
                  summary.run_dir.empty() ? "run directory written by rank 0" : summary.run_dir);
     return 0;
   } catch (const shadowgrad::InputError& e) {
