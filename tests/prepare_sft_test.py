@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """scripts/prepare_sft.sh end to end: each JSONL form, read back from the binary file by an independent parser that
-follows docs/data.md; --max-length truncation and dropping; bad lines exit 2 naming FILE:LINE.
+follows docs/data.md; a BOS the tokenizer's post-processor adds; --max-length truncation and dropping; bad lines exit
+2 naming FILE:LINE.
 
 Usage: prepare_sft_test.py REPO   (run by the venv's python: it needs tokenizers, transformers and numpy)
 A tiny word-level Hugging Face tokenizer with a chat template is built here, so nothing is downloaded.
@@ -22,13 +23,18 @@ TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end
             "{% if add_generation_prompt %}<|assistant|> {% endif %}")
 
 
-def make_tokenizer(directory):
-    from tokenizers import Tokenizer, models, pre_tokenizers
+def make_tokenizer(directory, bos_by_post_processor=False):
+    """bos_by_post_processor: BOS added by the tokenizer's post-processor (as Llama 3's fast tokenizer adds
+    <|begin_of_text|>), with no add_bos_token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
     specials = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
     vocab = {w: i for i, w in enumerate(specials + WORDS)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if bos_by_post_processor:
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                           special_tokens=[("<s>", vocab["<s>"])])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
                                    additional_special_tokens=specials[3:])
     fast.chat_template = TEMPLATE
@@ -89,6 +95,15 @@ def main():
           "prompt/completion: prompt flagged 0, completion and EOS 1")
     check(ex[1][1] == [0, 1, 1, 1], "a blank line is skipped")
     check("2 examples" in out and "5 target tokens" in out and "dropped: 0" in out, "the counts are printed")
+
+    # A BOS that the post-processor adds (no add_bos_token): once, first, not a target; none before the completion.
+    make_tokenizer(os.path.join(d, "tok_bos"), bos_by_post_processor=True)
+    run([src, os.path.join(d, "bos.sft"), "--tokenizer", os.path.join(d, "tok_bos")])
+    ex = read_sft(os.path.join(d, "bos.sft"))
+    bos = vocab["<s>"]
+    check(ex[0] == ([bos] + v("what is the capital of france") + v("paris") + [eos], [0] * 7 + [1, 1]),
+          "a post-processor's BOS starts the prompt, once, and is not a target")
+    check(ex[1][0] == [bos] + v("hello") + v("hi hi") + [eos], "and starts every example")
 
     # Alpaca, with and without input.
     src = jsonl(d, "alpaca.jsonl", [{"instruction": "write the answer", "input": "cat", "output": "dog"},

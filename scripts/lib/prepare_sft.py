@@ -40,7 +40,8 @@ class BadLine(Exception):
 
 
 class Tokenizer:
-    """encode(text, first) -> ids (a BOS before the first piece when the tokenizer has one), eos, and chat()."""
+    """encode(text, first) -> ids (before the first piece, the special tokens the tokenizer itself puts before a text:
+    a BOS, if any), eos, and chat()."""
 
     def __init__(self, path):
         self.hf = None
@@ -50,18 +51,31 @@ class Tokenizer:
             from transformers import AutoTokenizer  # the venv's; reads tokenizer.json and the chat template
             self.hf = AutoTokenizer.from_pretrained(path)
             self.eos = self.hf.eos_token_id
-            self.bos = self.hf.bos_token_id if getattr(self.hf, "add_bos_token", False) else None
+            self.prefix = self._special_prefix()
         elif os.path.exists(sp_file):
             import sentencepiece
             self.sp = sentencepiece.SentencePieceProcessor(model_file=sp_file)
             self.eos = self.sp.eos_id() if self.sp.eos_id() >= 0 else None
-            self.bos = self.sp.bos_id() if self.sp.bos_id() >= 0 else None
+            self.prefix = [self.sp.bos_id()] if self.sp.bos_id() >= 0 else []
         else:
             raise SystemExit(f"prepare_sft: --tokenizer {path}: neither tokenizer.json nor a SentencePiece model there")
 
+    def _special_prefix(self):
+        """The tokens encode(..., add_special_tokens=True) puts before the text: a BOS, whether add_bos_token or the
+        post-processor (Llama 3's <|begin_of_text|>) adds it. What it appends after the text (an EOS) is left out:
+        the completion's EOS is added by prompt_completion."""
+        probe = "hello"
+        plain = list(self.hf.encode(probe, add_special_tokens=False))
+        full = list(self.hf.encode(probe, add_special_tokens=True))
+        for at in range(len(full) - len(plain) + 1):
+            if full[at: at + len(plain)] == plain:
+                return full[:at]
+        raise SystemExit("prepare_sft: the tokenizer's encode(add_special_tokens=True) does not contain its plain "
+                         "encoding; cannot tell which special tokens it adds")
+
     def encode(self, text, first):
         ids = self.hf.encode(text, add_special_tokens=False) if self.hf else self.sp.encode(text)
-        return ([self.bos] if first and self.bos is not None else []) + list(ids)
+        return (list(self.prefix) if first else []) + list(ids)
 
     def chat(self, messages):
         """Token ids of the conversation and a target flag per token: the assistant turns' own tokens. Each assistant
