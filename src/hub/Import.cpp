@@ -104,7 +104,7 @@ void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Modu
     if (it == where.end()) throw ModelFileError(fmt::format("{}: tensor '{}' is missing", dir, name));
     const SafeTensorsFile& file = files[it->second.first];
     const TensorInfo& info = *it->second.second;
-    at::Tensor* param = params.find(ours);
+    at::Tensor* param = params.find(ours) ? params.find(ours) : buffers.find(ours);
     if (!param) throw std::logic_error(fmt::format("the model has no parameter {} for {}", ours, name));
     if (info.shape != param->sizes().vec())
       throw ModelFileError(fmt::format("{}: tensor '{}' has shape {}, but config.json makes it {}", file.path(), name,
@@ -118,6 +118,7 @@ void carry_model_files(const std::string& dir, const std::string& run_dir) {
   const fs::path to = carried_dir(run_dir);
   fs::create_directories(to);
   std::vector<std::string> carried;
+  auto buffers = model.named_buffers();  // a LoRA model's frozen base
   for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
                            "tokenizer.model", "special_tokens_map.json", "generation_config.json"}) {
     if (!fs::exists(fs::path(dir) / name)) continue;

@@ -11,12 +11,14 @@
 
 #include "config/Config.h"
 #include "config/Dtypes.h"
+#include "model/FrozenLinear.h"
 #include "model/Remat.h"
 #include "model/RmsNormFunction.h"
 #include "model/RopeTable.h"
 #include "model/RopeFunction.h"
 #include "model/SwiGluFunction.h"
 #include "util/Errors.h"
+#include "util/Hash.h"
 
 namespace shadowgrad::model {
 
@@ -43,6 +45,7 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.fused_kernels = c.fused_kernels;
   o.remat = c.remat_policy;
   o.attention = c.attention;
+  o.lora = LoraOptions::from_config(c);
   return o;
 }
 
@@ -53,19 +56,24 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
   // Initialise on CPU in fp32 from one generator, in a fixed order, so weights depend only on init_seed.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.init_seed);
   const double residual_std = 0.02 / std::sqrt(2.0 * o.num_layers);
+  // Under LoRA the base is frozen: buffers, so parameters() is the adapters alone. The draws are the same either way.
+  auto base = [&](const std::string& name, torch::Tensor t) {
+    return o.lora.enabled() ? register_buffer(name, t.to(o.weight_dtype)) : register_parameter(name, t.to(o.weight_dtype));
+  };
   auto param = [&](const std::string& name, std::vector<int64_t> shape, double std) {
-    torch::Tensor t = std > 0 ? at::empty(shape, at::kFloat).normal_(0, std, gen) : at::ones(shape, at::kFloat);
-    return register_parameter(name, t.to(o.weight_dtype));
+    return base(name, std > 0 ? at::empty(shape, at::kFloat).normal_(0, std, gen) : at::ones(shape, at::kFloat));
   };
-  auto zeros = [&](const std::string& name, int64_t size) {
-    return register_parameter(name, at::zeros({size}, at::kFloat).to(o.weight_dtype));
-  };
+  auto zeros = [&](const std::string& name, int64_t size) { return base(name, at::zeros({size}, at::kFloat)); };
+  // peft's initialisation, from a generator of its own so the base draws do not move: A kaiming-uniform with
+  // a = sqrt(5), that is U(-1/sqrt(in), 1/sqrt(in)); B zero, so the first forward equals the base model's.
+  auto lora_gen = at::make_generator<at::CPUGeneratorImpl>(util::mix64(o.init_seed ^ 0x4c6f5241ull));
   const int64_t E = o.emb_dim, Q = o.num_query_heads * o.head_dim, KV = o.num_kv_heads * o.head_dim;
   // A tied embedding is also the output projection, so it starts at the output's scale.
   embedding_ = param("embedding", {o.vocab_size, E}, o.tied_output ? 0.02 : 1.0);
   for (int64_t i = 0; i < o.num_layers; ++i) {
     const std::string p = fmt::format("layer{}_", i);
     Block b;
+    b.index = i;
     b.attn_norm = param(p + "attn_norm", {E}, 0);
     b.wq = param(p + "wq", {Q, E}, 0.02);
     b.wk = param(p + "wk", {KV, E}, 0.02);
@@ -83,6 +91,15 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
     if (o.qk_norm) {
       b.q_norm = param(p + "q_norm", {o.head_dim}, 0);
       b.k_norm = param(p + "k_norm", {o.head_dim}, 0);
+    }
+    for (Projection proj : kAllProjections) {
+      if (!o.lora.targets(proj)) continue;
+      const auto& w = b.weight(proj);
+      const int64_t out = w.size(0), in = w.size(1), r = o.lora.rank;
+      const std::string name = p + projection_suffix(proj);
+      const double bound = 1.0 / std::sqrt(double(in));
+      b.lora[int(proj)].a = register_parameter(name + "_lora_a", at::empty({r, in}, at::kFloat).uniform_(-bound, bound, lora_gen));
+      b.lora[int(proj)].b = register_parameter(name + "_lora_b", at::zeros({out, r}, at::kFloat));
     }
     blocks_.push_back(b);
   }
@@ -104,7 +121,8 @@ torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
   // Hoisting caches the cast of a parameter (a leaf), built with grad enabled so that every
   // microbatch's graph shares its cast node: each backward delivers its own gradient through it, as
   // separate casts would. Under no_grad, or for non-leaves, cast afresh.
-  if (!options_.hoist_weight_cast || !weight.is_leaf()) return cast(weight);
+  // A frozen (LoRA base) tensor is never cached: a bf16 base would otherwise be held again in fp32 for the step.
+  if (!options_.hoist_weight_cast || !weight.is_leaf() || !weight.requires_grad()) return cast(weight);
   if (!at::GradMode::is_enabled()) {
     // A rematerialised block's forward runs under no_grad: it may read a valid cached cast, but never fills one.
     auto it = weight_cache_.find(weight.unsafeGetTensorImpl());
@@ -121,13 +139,53 @@ torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
 }
 
 torch::Tensor DecoderImpl::cast(const torch::Tensor& weight) const {
-  return casts_.cast && weight.is_leaf() ? casts_.cast(weight, options_.compute_dtype)
+  return casts_.cast && weight.is_leaf() && weight.requires_grad() ? casts_.cast(weight, options_.compute_dtype)
                                          : weight.to(options_.compute_dtype);
 }
 
-torch::Tensor DecoderImpl::project(const torch::Tensor& x, const torch::Tensor& weight,
-                                   const torch::Tensor& bias) const {
-  return bias.defined() ? at::linear(x, compute(weight), compute(bias)) : at::linear(x, compute(weight));
+const torch::Tensor& DecoderImpl::Block::weight(Projection p) const {
+  const torch::Tensor* w[] = {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down};
+  return *w[int(p)];
+}
+
+const torch::Tensor& DecoderImpl::Block::bias(Projection p) const {
+  static const torch::Tensor none;
+  return p == Projection::q ? bq : p == Projection::k ? bk : p == Projection::v ? bv : none;
+}
+
+torch::Tensor* DecoderImpl::find_weight(const std::string& name) {
+  if (auto* p = named_parameters(/*recurse=*/false).find(name)) return p;
+  return named_buffers(/*recurse=*/false).find(name);
+}
+
+torch::Tensor DecoderImpl::project(const Block& b, Projection p, const torch::Tensor& x) const {
+  const torch::Tensor &weight = b.weight(p), &bias = b.bias(p);
+  torch::Tensor y = !weight.requires_grad() ? frozen_linear(x, weight, bias)
+                    : bias.defined()        ? at::linear(x, compute(weight), compute(bias))
+                                            : at::linear(x, compute(weight));
+  const Adapter& adapter = b.lora[int(p)];
+  if (!adapter.a.defined()) return y;
+  // peft's order: base(x) + lora_B(lora_A(dropout(x))) * scale.
+  auto branch = at::linear(at::linear(lora_input(x, b.index, p), compute(adapter.a)), compute(adapter.b));
+  return y + branch * options_.lora.scale;
+}
+
+torch::Tensor DecoderImpl::lora_input(const torch::Tensor& x, int64_t layer, Projection p) const {
+  const double drop = options_.lora.dropout;
+  if (drop <= 0 || !is_training()) return x;
+  // One generator per row, keyed by the row's global sequence number: the same mask at any K, any process count,
+  // after a resume, and again when remat re-runs the block in backward.
+  const int64_t rows = x.size(0);
+  std::vector<at::Tensor> masks;
+  masks.reserve(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t key = util::mix64(util::mix64(options_.lora.dropout_seed ^ uint64_t(dropout_first_row_ + r)) ^
+                                     uint64_t(layer * kProjections + int(p)));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(key);
+    masks.push_back(at::empty(x[r].sizes(), at::kFloat).bernoulli_(1.0 - drop, gen));
+  }
+  const auto keep = at::stack(masks).to(x.device(), x.scalar_type()).mul_(1.0 / (1.0 - drop));
+  return x * keep;
 }
 
 torch::Tensor DecoderImpl::head_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
@@ -171,15 +229,15 @@ torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x, con
   const auto& o = options_;
   const int64_t B = x.size(0), T = x.size(1), G = o.num_kv_heads;
   auto h = block_norm(x, b.attn_norm);
-  auto q = head_norm(project(h, b.wq, b.bq).view({B, T, o.num_query_heads, o.head_dim}), b.q_norm);
-  auto k = head_norm(project(h, b.wk, b.bk).view({B, T, G, o.head_dim}), b.k_norm);
-  auto v = project(h, b.wv, b.bv).view({B, T, G, o.head_dim});
+  auto q = head_norm(project(b, Projection::q, h).view({B, T, o.num_query_heads, o.head_dim}), b.q_norm);
+  auto k = head_norm(project(b, Projection::k, h).view({B, T, G, o.head_dim}), b.k_norm);
+  auto v = project(b, Projection::v, h).view({B, T, G, o.head_dim});
   auto out = minimal() ? rematerialise({q, k, v},
                                        [this, layout](const std::vector<at::Tensor>& in) {
                                          return attention_core(in[0], in[1], in[2], layout);
                                        })
                        : attention_core(q, k, v, layout);
-  return at::linear(out, compute(b.wo));
+  return project(b, Projection::o, out);
 }
 
 torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const torch::Tensor& k_proj,
@@ -217,7 +275,7 @@ torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const tor
 
 torch::Tensor DecoderImpl::mlp(const Block& b, const torch::Tensor& x) {
   auto h = block_norm(x, b.mlp_norm);
-  auto gate = at::linear(h, compute(b.w_gate)), up = at::linear(h, compute(b.w_up));
+  auto gate = project(b, Projection::gate, h), up = project(b, Projection::up, h);
   // silu(gate) * up in one fused node (model/SwiGluFunction.h). It keeps only gate and up for backward, as
   // remat_policy=minimal's rematerialisation of the op chain does, so every policy runs it plainly.
   auto gated = options_.fused_kernels ? swiglu(gate, up)
@@ -226,7 +284,7 @@ torch::Tensor DecoderImpl::mlp(const Block& b, const torch::Tensor& x) {
                                                         return at::silu(in[0]) * in[1];
                                                       })
                                       : at::silu(gate) * up;
-  return at::linear(gated, compute(b.w_down));
+  return project(b, Projection::down, gated);
 }
 
 DecoderImpl::Layout DecoderImpl::block_causal_layout(const torch::Tensor& tokens, const torch::Tensor& segments,
@@ -265,7 +323,7 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, const torch::Tens
   const Layout layout = block_causal_layout(tokens, segments, positions);
   // Gather first, then cast: only the rows in use are converted.
   auto flat = tokens.flatten();
-  auto rows = casts_.gather ? casts_.gather(embedding_, flat, options_.compute_dtype)
+  auto rows = casts_.gather && embedding_.requires_grad() ? casts_.gather(embedding_, flat, options_.compute_dtype)
                             : compute(embedding_.index_select(0, flat));
   auto x = rows.view({tokens.size(0), tokens.size(1), -1});
   for (const auto& b : blocks_) x = block(b, x, layout);

@@ -3,6 +3,8 @@
 // [RMSNorm -> grouped-query causal attention with RoPE] and [RMSNorm -> gated SiLU MLP];
 // a final RMSNorm and an output projection (its own weight, or the embedding's: options.tied_output).
 // options.attention_bias and options.qk_norm add Qwen2's q/k/v biases and Qwen3's per-head q/k norms.
+// options.lora adds a low-rank adapter to the chosen projections and freezes the rest: the base tensors become
+// buffers (named as the parameters were), the adapters layer{i}_{wq,...}_lora_a / _lora_b the only parameters.
 //
 //   shadowgrad::model::Decoder model(options);
 //   torch::Tensor logits = model->forward(tokens);   // tokens [B,T] int64 -> logits [B,T,V] in compute dtype
@@ -13,7 +15,9 @@
 // Weights are stored in options.weight_dtype and cast to options.compute_dtype where they are used, so
 // bf16 compute trains fp32 master weights. Right padding needs no attention mask beyond the causal one:
 // a valid token never attends to a later (padded) position.
+#include <array>
 #include <functional>
+#include <string>
 #include <unordered_map>
 
 #include <torch/nn/module.h>
@@ -40,6 +44,12 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor output_weight() const;
 
   const DecoderOptions& options() const { return options_; }
+  // A base tensor (parameter, or frozen buffer under LoRA) or adapter by name; nullptr if the model has none.
+  torch::Tensor* find_weight(const std::string& name);
+  // LoRA dropout draws its mask for row r of the next forwards from (lora.dropout_seed, first_row + r, layer,
+  // projection): the global sequence number of the row, so the masks do not depend on K, the process count or a
+  // resume. The trainer sets it before each microbatch.
+  void set_lora_dropout_rows(int64_t first_row) { dropout_first_row_ = first_row; }
   // Memory probes (train/MemoryProbe.h) measure what another remat_policy would save on this very model.
   void set_remat(DecoderOptions::Remat remat) { options_.remat = remat; }
 
@@ -59,10 +69,17 @@ class DecoderImpl : public torch::nn::Module {
   int64_t weight_cache_bytes() const { return weight_cache_high_; }
 
  private:
+  struct Adapter {
+    torch::Tensor a, b;  // [rank, in], [out, rank]; undefined where the projection has none
+  };
   struct Block {
+    int64_t index = 0;
     torch::Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;
     torch::Tensor bq, bk, bv;      // attention_bias; undefined otherwise
     torch::Tensor q_norm, k_norm;  // qk_norm; undefined otherwise
+    std::array<Adapter, kProjections> lora;
+    const torch::Tensor& weight(Projection p) const;
+    const torch::Tensor& bias(Projection p) const;  // undefined but for q, k, v with attention_bias
   };
 
   // What attention needs beyond the tokens: the block-causal mask [B,1,1,T,T] (0 or -inf, compute dtype) and the
@@ -83,8 +100,10 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& positions) const;
   torch::Tensor block_norm(const torch::Tensor& x, const torch::Tensor& weight) const;  // rms_norm, remat'd by minimal
   torch::Tensor compute(const torch::Tensor& weight) const;
-  // at::linear(x, weight, bias) in the compute dtype; an undefined bias is none.
-  torch::Tensor project(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {}) const;
+  // Projection p of block b: at::linear(x, weight, bias) in the compute dtype (a frozen weight through
+  // frozen_linear), plus the LoRA branch where p has one.
+  torch::Tensor project(const Block& b, Projection p, const torch::Tensor& x) const;
+  torch::Tensor lora_input(const torch::Tensor& x, int64_t layer, Projection p) const;  // dropout(x) while training
   // The per-head q/k RMSNorm (qk_norm) of a projection [B,T,heads,D]; the projection itself without it.
   torch::Tensor head_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
   bool minimal() const { return options_.remat == DecoderOptions::Remat::minimal; }
@@ -92,6 +111,7 @@ class DecoderImpl : public torch::nn::Module {
 
   DecoderOptions options_;
   WeightCasts casts_;
+  int64_t dropout_first_row_ = 0;
   torch::Tensor embedding_, final_norm_, output_;
   std::vector<Block> blocks_;
   struct CachedCast {

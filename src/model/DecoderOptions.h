@@ -6,6 +6,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "config/ConfigEnums.h"
+#include "model/LoraOptions.h"
 #include "model/RopeTable.h"
 
 namespace shadowgrad::config {
@@ -31,6 +32,9 @@ struct DecoderOptions {
   bool attention_bias = false;  // q, k and v projections have biases (Qwen2)
   bool qk_norm = false;         // RMSNorm over each head of q and k before RoPE (Qwen3)
   bool tied_output = false;     // the output projection is the embedding: one parameter serving both uses
+  // LoRA (model/LoraOptions.h): with a rank, every base tensor is a frozen buffer held in weight_dtype, and the
+  // adapters are the module's only parameters (fp32), so whatever takes parameters() trains just them.
+  LoraOptions lora;
   c10::ScalarType compute_dtype = c10::kFloat;
   c10::ScalarType weight_dtype = c10::kFloat;
   uint64_t init_seed = 0;

@@ -64,6 +64,11 @@ bool Evaluator::due(int64_t completed_steps, int64_t sequences_before, int64_t s
 
 double Evaluator::run(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const {
   at::NoGradGuard no_grad; // no graph, no gradient, no fold: the shadow tree and optimizer never see this
+  model->eval();            // no LoRA dropout
+  struct TrainAgain {
+    model::Decoder& m;
+    ~TrainAgain() { m->train(); }
+  } train_again{model};
   const int rank = dp ? dp->rank() : 0;
   double loss_sum = 0, tokens = 0;
   for (int64_t b = 0; b < batches_; ++b) {

@@ -67,14 +67,17 @@ MicrobatchProbe probe_microbatches(const config::Config& cfg, model::Decoder& mo
   peaks.large_peak = forward_backward_peak(cfg, model, source, device, peaks.large_batch);
   int64_t elements = 0;
   for (const auto& p : model->parameters()) elements += p.numel();
-  const int64_t full_state = optimizer_state_bytes_after_update(OptimizerOptions::from_config(cfg),
-                                                                config::scalar_type(cfg.weight_dtype), elements);
+  // A LoRA run's trainable tensors are its fp32 adapters, whatever weight_dtype holds the frozen base in.
+  const auto trained_dtype = cfg.lora_rank > 0 ? c10::kFloat : config::scalar_type(cfg.weight_dtype);
+  const int64_t full_state = optimizer_state_bytes_after_update(OptimizerOptions::from_config(cfg), trained_dtype,
+                                                                elements);
   const bool sharded = cfg.shard_optimizer_over_data && world_size > 1;
   const int64_t state = sharded ? (full_state + world_size - 1) / world_size : full_state;
   out.model = memory::MicrobatchModel::fit(peaks, state);
 
   memory::MemoryEstimate& e = out.estimate;
-  e.weights = memory::tensor_bytes(model->parameters());
+  e.weights = memory::tensor_bytes(model->parameters()) +
+              (cfg.lora_rank > 0 ? memory::tensor_bytes(model->buffers()) : 0);  // a LoRA run's frozen base
   e.optimizer_state = state;
   const int64_t shadow_element = int64_t(c10::elementSize(config::scalar_type(cfg.grad_dtype)));
   e.shadow_tree = elements * shadow_element;

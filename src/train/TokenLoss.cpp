@@ -78,7 +78,8 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     const auto& g = grad_output[0];  // fp32 scalar, e.g. 1 / global valid tokens
     // Scale the small [N, E] side, not the [V, E] or [N, V] one.
     auto grad_hidden = at::matmul(grad_logits, weight).mul_(g);
-    auto grad_weight = at::matmul(grad_logits.t(), hidden.mul(g));
+    // A frozen output (a LoRA run's base) needs no [V, E] gradient: skip its matmul.
+    auto grad_weight = ctx->needs_input_grad(1) ? at::matmul(grad_logits.t(), hidden.mul(g)) : at::Tensor();
     return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

@@ -126,6 +126,7 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
   for (int64_t m = 0; m < micro_steps_; ++m) {
     // Contiguous slicing: microbatch m is examples [m*B, (m+1)*B) of the global batch.
     data::Batch micro = batch.slice(m * micro_batch_, micro_batch_);
+    model_->set_lora_dropout_rows(plan.first_sequence + (dp_ ? dp_->rank() * local : 0) + m * micro_batch_);
     if (noise_) micro_tokens.push_back(micro.valid_tokens());
     auto tokens = micro.tokens.to(device_), targets = micro.targets.to(device_);
     auto segments = micro.segments.defined() ? micro.segments.to(device_) : micro.segments;

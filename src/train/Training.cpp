@@ -65,9 +65,10 @@ std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c1
 }
 
 // Weights from a Hugging Face directory (cfg's model keys were set from its config.json when the config was loaded).
-// A run with a checkpoint to resume skips it: the checkpoint overwrites every parameter.
+// A run with a checkpoint to resume skips it: the checkpoint overwrites every parameter. A LoRA run's checkpoint
+// holds only the adapters, so its frozen base is read again.
 void load_pretrained(const config::Config& cfg, torch::nn::Module& model) {
-  if (cfg.load_parameters_path.empty() || checkpoint::can_resume(cfg)) return;
+  if (cfg.load_parameters_path.empty() || (checkpoint::can_resume(cfg) && cfg.lora_rank == 0)) return;
   const auto hf = hub::read_hf_config(cfg.load_parameters_path + "/config.json");
   hub::load_hf_weights(cfg.load_parameters_path, hf, model);
   spdlog::info("weights from {} ({})", cfg.load_parameters_path, hf.family->architecture);
@@ -92,6 +93,12 @@ void log_run_start(const config::Config& cfg, const ComputeDtypeChoice& dtype, c
                cfg.per_device_batch_size, cfg.max_target_length, world, config::global_batch(cfg, world),
                cfg.global_batch_size > 0 ? " (global_batch_size; K derived)" : "", cfg.grad_dtype, cfg.dtype,
                dtype.why, threads);
+  if (cfg.lora_rank > 0) {
+    int64_t frozen = 0;
+    for (const auto& t : step.model()->buffers()) frozen += t.numel();
+    spdlog::info("LoRA r={} on {}: {} trainable adapter parameters, {} frozen base values in {} (docs/lora.md)",
+                 cfg.lora_rank, cfg.lora_target_modules, params, frozen, cfg.weight_dtype);
+  }
   if (!cfg.batch_size_schedule.empty())
     spdlog::info("batch_size_schedule {}: K is derived at every step; the LR is scaled by batch_size_lr_scaling={}",
                  cfg.batch_size_schedule, cfg.batch_size_lr_scaling);

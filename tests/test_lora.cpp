@@ -1,0 +1,144 @@
+// The LoRA branch in the decoder (model/LoraOptions.h): which tensors train, peft's initialisation, the math
+// against the merged weight W + s B A, the frozen linear's input gradient, and dropout's masks. Parity with peft
+// itself is tests/lora_peft_parity_test.py.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "TinyConfig.h"
+#include "model/Decoder.h"
+#include "model/FrozenLinear.h"
+#include "util/Errors.h"
+
+using namespace shadowgrad;
+
+namespace {
+
+model::DecoderOptions lora_options(int64_t rank, double alpha, const std::string& targets = "all-linear") {
+  auto c = tiny_config();
+  c.lora_rank = rank;
+  c.lora_alpha = alpha;
+  c.lora_target_modules = targets;
+  return model::DecoderOptions::from_config(c);
+}
+
+at::Tensor tokens() { return at::arange(32, at::kLong).remainder(61).view({2, 16}); }
+
+// Gives every B a random value, so the branch is not zero.
+void randomise_b(model::Decoder& m) {
+  at::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  for (auto& p : m->named_parameters())
+    if (p.key().size() > 7 && p.key().substr(p.key().size() - 7) == "_lora_b") p.value().normal_(0, 0.1, gen);
+}
+
+} // namespace
+
+TEST_CASE("LoRA: only the adapters are parameters, and the base is frozen buffers with the same names", "[lora]") {
+  model::Decoder m(lora_options(4, 8, "q_proj,v_proj,down_proj"));
+  auto params = m->named_parameters();
+  CHECK(params.size() == 2 * 3 * 2);  // 2 layers x 3 targets x (A, B)
+  for (const auto& p : params) {
+    INFO(p.key());
+    CHECK(p.value().scalar_type() == at::kFloat);
+    CHECK(p.key().find("_lora_") != std::string::npos);
+  }
+  REQUIRE(params.find("layer1_wq_lora_a"));
+  CHECK(params.find("layer1_wq_lora_a")->sizes() == at::IntArrayRef({4, 32}));
+  CHECK(params.find("layer1_w_down_lora_b")->sizes() == at::IntArrayRef({32, 64}));
+  CHECK_FALSE(params.find("layer0_wk_lora_a"));
+  REQUIRE(m->find_weight("layer0_wq"));
+  CHECK_FALSE(m->find_weight("layer0_wq")->requires_grad());
+  CHECK(m->find_weight("embedding"));
+}
+
+TEST_CASE("LoRA: peft's initialisation (B zero) leaves the base model's logits exactly, and A is U(-1/sqrt(in), ..)",
+          "[lora]") {
+  model::Decoder base(lora_options(0, 0)), lora(lora_options(8, 16));
+  CHECK(at::equal(base->forward(tokens()), lora->forward(tokens())));
+  const auto a = *lora->named_parameters().find("layer0_w_down_lora_a");  // in = mlp_dim = 64
+  CHECK(a.abs().max().item<double>() <= 1.0 / 8.0);
+  CHECK(a.abs().max().item<double>() > 0.9 / 8.0);
+  CHECK(a.std().item<double>() > 0.0);
+}
+
+TEST_CASE("LoRA: logits equal the base model with W + s B A merged in, at alpha/r and at rsLoRA's alpha/sqrt(r)",
+          "[lora]") {
+  for (bool rslora : {false, true}) {
+    auto o = lora_options(4, 8);
+    if (rslora) o.lora.scale = 8 / std::sqrt(4.0);
+    model::Decoder lora(o), merged(lora_options(0, 0));
+    randomise_b(lora);
+    {
+      at::NoGradGuard no_grad;
+      for (auto& p : merged->named_parameters()) {
+        auto* a = lora->named_parameters().find(p.key() + "_lora_a");
+        auto* b = lora->named_parameters().find(p.key() + "_lora_b");
+        if (a) p.value().add_(at::matmul(*b, *a), o.lora.scale);
+      }
+    }
+    const auto want = merged->forward(tokens()), got = lora->forward(tokens());
+    INFO("rslora " << rslora);
+    CHECK(at::allclose(got, want, 1e-5, 1e-5));
+    // The control: a scale of alpha instead of alpha / r is far off.
+    auto wrong = o;
+    wrong.lora.scale = 8;
+    model::Decoder lora_wrong(wrong);
+    randomise_b(lora_wrong);
+    CHECK_FALSE(at::allclose(lora_wrong->forward(tokens()), want, 1e-3, 1e-3));
+  }
+}
+
+TEST_CASE("LoRA: backward reaches every adapter and no base tensor", "[lora]") {
+  model::Decoder m(lora_options(4, 8));
+  randomise_b(m);
+  m->forward(tokens()).square().mean().backward();
+  for (const auto& p : m->named_parameters()) {
+    INFO(p.key());
+    REQUIRE(p.value().grad().defined());
+    CHECK(p.value().grad().abs().sum().item<double>() > 0);
+  }
+  for (const auto& b : m->named_buffers()) CHECK_FALSE(b.value().grad().defined());
+}
+
+TEST_CASE("frozen_linear: the input gradient equals at::linear's, from a bf16 weight too", "[lora]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  auto w = at::empty({5, 7}, at::kFloat).normal_(0, 1, gen).to(at::kBFloat16);
+  auto bias = at::empty({5}, at::kFloat).normal_(0, 1, gen);
+  auto x = at::empty({3, 7}, at::kFloat).normal_(0, 1, gen).requires_grad_();
+  auto y = model::frozen_linear(x, w, bias);
+  auto want = at::linear(x.detach(), w.to(at::kFloat), bias);
+  CHECK(at::allclose(y, want));
+  auto g = at::arange(15, at::kFloat).view({3, 5});
+  y.backward(g);
+  CHECK(at::allclose(x.grad(), at::matmul(g, w.to(at::kFloat))));
+}
+
+TEST_CASE("LoRA dropout: a mask per row from its global sequence number, off in eval", "[lora]") {
+  auto o = lora_options(4, 8);
+  o.lora.dropout = 0.5;
+  model::Decoder m(o);
+  randomise_b(m);
+  auto t = tokens();
+  m->set_lora_dropout_rows(10);
+  const auto first = m->forward(t);
+  CHECK(at::equal(first, m->forward(t)));  // the same rows draw the same masks
+  // Row 11 alone, numbered 11, sees the mask it had as the second row of the pair.
+  m->set_lora_dropout_rows(11);
+  CHECK(at::allclose(m->forward(t.slice(0, 1, 2)), first.slice(0, 1, 2), 1e-6, 1e-6));
+  m->set_lora_dropout_rows(12);
+  CHECK_FALSE(at::allclose(m->forward(t), first, 1e-4, 1e-4));
+  m->eval();
+  model::Decoder no_drop(lora_options(4, 8));
+  randomise_b(no_drop);
+  CHECK(at::equal(m->forward(t), no_drop->forward(t)));
+}
+
+TEST_CASE("lora_target_modules: names, all-linear, and an unknown name refused", "[lora]") {
+  CHECK(model::lora_targets_string(model::parse_lora_targets("all-linear")) ==
+        "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+  CHECK(model::lora_targets_string(model::parse_lora_targets("v_proj, q_proj")) == "q_proj,v_proj");
+  CHECK_THROWS_AS(model::parse_lora_targets("q_proj,qkv"), ConfigError);
+  CHECK_THROWS_WITH(model::parse_lora_targets("q_proj,qkv"), Catch::Contains("'qkv'"));
+}
