@@ -9,16 +9,12 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
-#include <torch/optim/optimizer.h>
 
 #include "VersionLine.h"
-#include "checkpoint/CheckpointOptions.h"
-#include "checkpoint/Checkpointer.h"
+#include "checkpoint/WeightsLoader.h"
 #include "config/ConfigLoader.h"
 #include "hub/Export.h"
 #include "model/Decoder.h"
-#include "train/OptimizerFactory.h"
-#include "train/OptimizerOptions.h"
 #include "util/Errors.h"
 
 namespace {
@@ -34,12 +30,8 @@ int export_run(const std::string& run_dir, const std::string& out_dir, int64_t s
   // The run's own config: its model keys already hold the shape load_parameters_path gave it.
   auto cfg = sg::config::load_config(config_path, {});
   sg::model::Decoder model(sg::model::DecoderOptions::from_config(cfg));
-  auto optimizer = sg::train::make_optimizer(sg::train::OptimizerOptions::from_config(cfg), model->parameters());
-  sg::checkpoint::Checkpointer checkpoints(sg::checkpoint::CheckpointOptions::from_config(cfg), run_dir);
-  const auto steps = checkpoints.steps();
-  if (steps.empty()) throw sg::InputError(fmt::format("{}: no checkpoints to export", run_dir));
-  if (step < 0) step = steps.back();
-  checkpoints.load(step, *model, *optimizer);
+  // The weights alone (no optimizer state), and nothing in the run directory touched: a trainer may be writing it.
+  step = sg::checkpoint::load_weights(run_dir, step, *model);
   sg::hub::ExportOptions options;
   options.dtype = dtype;
   sg::hub::export_model_dir(cfg, *model, run_dir, out_dir, options);

@@ -9,14 +9,11 @@
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
-#include <torch/optim/optimizer.h>
 
-#include "checkpoint/CheckpointOptions.h"
-#include "checkpoint/Checkpointer.h"
+#include "checkpoint/WeightsLoader.h"
 #include "config/Config.h"
 #include "config/ConfigLoader.h"
 #include "model/Decoder.h"
-#include "train/OptimizerFactory.h"
 #include "util/Errors.h"
 
 using namespace shadowgrad;
@@ -33,13 +30,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     auto cfg = config::load_config(run_dir + "/config.yml", {});
-    cfg.resume = true;
-    cfg.load_checkpoint_step = step;
     model::Decoder model(model::DecoderOptions::from_config(cfg));
-    auto optimizer = train::make_optimizer(train::OptimizerOptions::from_config(cfg), model->parameters());
-    checkpoint::Checkpointer ckpt(checkpoint::CheckpointOptions::from_config(cfg), run_dir);
-    const auto state = ckpt.restore(*model, *optimizer);
-    if (state.step == 0) throw InputError("no checkpoint in " + run_dir + " (enable_checkpointing=true writes one)");
+    checkpoint::load_weights(run_dir, step, *model);  // the weights alone: a trainer may be writing this run
     std::vector<int64_t> ids;
     std::istringstream in(prompt);
     for (int64_t id; in >> id;) {
