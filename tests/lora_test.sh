@@ -86,7 +86,7 @@ PY
 
 echo "== a LoRA checkpoint holds the adapters and their AdamW moments, nothing of the base"
 run ckpt 0 2 checkpoint_period=2
-checkpoint_holds "$runs/ckpt/checkpoints/step-2" 4 wq wv w_down || fail "the LoRA checkpoint holds more than the adapters"
+checkpoint_holds "$runs/ckpt/checkpoints/step-2" 4 wq wv w_down || fail "the LoRA checkpoint holds more"
 "$TRAINER" "${tiny[@]}" steps=2 checkpoint_period=2 run_name=ckpt_full >"$tmp/ckpt_full.log" 2>&1 ||
   fail "the full fine-tune ckpt_full exited non-zero"
 if checkpoint_holds "$runs/ckpt_full/checkpoints/step-2" 4 wq wv w_down >"$tmp/full_check.log"; then
@@ -117,9 +117,11 @@ build("Llama", {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads
 PY
 hf=("load_parameters_path=$tmp/base" weight_dtype=bfloat16 "${ck[@]}" gradient_accumulation_steps=2)
 run hf_straight 0 6 "${hf[@]}"
+grep -q 'frozen base values in bfloat16' "$tmp/hf_straight.log" || fail "hf_straight's base is not held in bfloat16"
 run hf_resumed 0 3 "${hf[@]}"
 run hf_resumed 0 6 "${hf[@]}"
 bitwise hf_resumed hf_straight
+[[ $(grep -c "weights from $tmp/base" "$tmp/hf_resumed.log") == 2 ]] || fail "the resume did not read the base again"
 
 echo "== another process count: the checkpoint of 2 processes resumed on 1, and of 1 on 2 (same global batch)"
 run p2_to_p1 2 3 "${ck[@]}" gradient_accumulation_steps=2
