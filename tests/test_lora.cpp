@@ -46,7 +46,8 @@ TEST_CASE("LoRA: only the adapters are parameters, and the base is frozen buffer
   }
   REQUIRE(params.find("layer1_wq_lora_a"));
   CHECK(params.find("layer1_wq_lora_a")->sizes() == at::IntArrayRef({4, 32}));
-  CHECK(params.find("layer1_w_down_lora_b")->sizes() == at::IntArrayRef({32, 64}));
+  CHECK(params.find("layer1_w_down_lora_a")->sizes() == at::IntArrayRef({4, 64}));
+  CHECK(params.find("layer1_w_down_lora_b")->sizes() == at::IntArrayRef({32, 4}));
   CHECK_FALSE(params.find("layer0_wk_lora_a"));
   REQUIRE(m->find_weight("layer0_wq"));
   CHECK_FALSE(m->find_weight("layer0_wq")->requires_grad());
