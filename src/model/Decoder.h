@@ -12,13 +12,23 @@
 //   model->hidden(tokens, segments, positions);      // packed rows: attention only within a segment, RoPE at
 //                                                    // `positions` (both [B,T] int64)
 //
+// Generation (src/generate/ holds the decoding loop) goes through a KV cache: a prefill of the prompt in one
+// forward, then one token at a time, each call projecting only the last position to the vocabulary.
+//
+//   model->eval();                                       // LoRA dropout is off outside training
+//   KvCache cache = model->new_cache(1, prompt_len + max_new);
+//   torch::Tensor logits = model->decode(prompt, cache); // [1,T] -> [1,V]: the last position's logits
+//   logits = model->decode(next_token, cache);           // [1,1] -> [1,V], at position cache.length
+//
 // Weights are stored in options.weight_dtype and cast to options.compute_dtype where they are used, so
 // bf16 compute trains fp32 master weights. Right padding needs no attention mask beyond the causal one:
 // a valid token never attends to a later (padded) position.
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
@@ -26,6 +36,17 @@
 #include "model/DecoderOptions.h"
 
 namespace shadowgrad::model {
+
+// The keys (after RoPE and the q/k norm) and values of every layer for the positions a sequence has seen, so that
+// decode() computes only the new tokens. One per batch of sequences that advance together.
+struct KvCache {
+  std::vector<torch::Tensor> k, v;  // per layer [B, num_kv_heads, capacity, head_dim], compute dtype
+  int64_t length = 0;               // positions 0..length-1 are held
+  int64_t capacity() const { return k.empty() ? 0 : k.front().size(2); }
+  int64_t batch() const { return k.empty() ? 0 : k.front().size(0); }
+  // Forgets every position from n on (a chat turn that shares its first n tokens with the last one keeps them).
+  void truncate(int64_t n) { length = std::min(length, std::max<int64_t>(n, 0)); }
+};
 
 class DecoderImpl : public torch::nn::Module {
  public:
@@ -42,6 +63,15 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor hidden(const torch::Tensor& tokens, const torch::Tensor& segments = {},
                        const torch::Tensor& positions = {});
   torch::Tensor output_weight() const;
+
+  // An empty cache for `batch` sequences of up to `capacity` positions (at most max_length, the RoPE tables' length).
+  KvCache new_cache(int64_t batch, int64_t capacity) const;
+  // Runs tokens [B,T] (T >= 1) at positions cache.length..cache.length+T-1, attending to the cache and causally among
+  // themselves, appends their keys and values, and returns the last position's logits [B,V] (compute dtype). A
+  // prefill is one call with the whole prompt; then one token per call. Runs without autograd. Equal to
+  // forward(all tokens so far) at the last position (fp32: within rounding, tests/test_kv_cache.cpp).
+  // Throws InputError when the tokens do not fit the cache's capacity.
+  torch::Tensor decode(const torch::Tensor& tokens, KvCache& cache);
 
   const DecoderOptions& options() const { return options_; }
   // A base tensor (parameter, or frozen buffer under LoRA) or adapter by name; nullptr if the model has none.
@@ -91,6 +121,14 @@ class DecoderImpl : public torch::nn::Module {
                              const torch::Tensor& positions) const;
   torch::Tensor block(const Block& b, const torch::Tensor& x, const Layout& layout);
   torch::Tensor attention(const Block& b, const torch::Tensor& x, const Layout& layout);
+  // The attention's inputs: x normed, then projected to q [B,T,H,D], k and v [B,T,G,D] (q and k head-normed).
+  struct Heads {
+    torch::Tensor q, k, v;
+  };
+  Heads heads(const Block& b, const torch::Tensor& x);
+  // decode()'s attention of block b: the new positions' keys and values join the cache's layer b.index.
+  torch::Tensor cached_attention(const Block& b, const torch::Tensor& x, KvCache& cache,
+                                 const torch::Tensor& positions);
   // softmax(rope(q) rope(k)^T / sqrt(D) + causal) v for the projections q [B,T,H,D], k and v [B,T,G,D] -> [B,T,H*D]
   torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const Layout& layout) const;
