@@ -14,6 +14,7 @@
 #include "checkpoint/WeightsLoader.h"
 #include "config/ConfigLoader.h"
 #include "hub/Export.h"
+#include "hub/ExportSurvival.h"
 #include "model/Decoder.h"
 #include "util/Errors.h"
 
@@ -36,6 +37,22 @@ int export_run(const std::string& run_dir, const std::string& out_dir, int64_t s
   options.dtype = dtype;
   sg::hub::export_model_dir(cfg, *model, run_dir, out_dir, options);
   std::cout << fmt::format("wrote {} from {} step {}\n", out_dir, run_dir, step);
+  // What of the fine-tune the written dtype kept (hub/ExportSurvival.h).
+  const auto survival = sg::hub::measure_export_survival(run_dir, out_dir, *model);
+  if (!survival.measured) {
+    std::cout << fmt::format("export survival: not measured: {}\n", survival.why_not);
+    return 0;
+  }
+  std::cout << fmt::format("export survival {:.6f}: ||export - start|| / ||master - start|| over {} tensors, {} "
+                           "written, start {}, ||master - start|| = {:.4g}\n",
+                           survival.fraction, survival.tensors, survival.export_dtype, survival.start_dir,
+                           survival.update_norm);
+  if (survival.fraction < sg::hub::kSurvivalWarning)
+    std::cerr << fmt::format("export_hf: warning: survival {:.6f} < {}: the {} export moved the weights by {:.1f}% "
+                             "of what training moved them (an update under half a {} step rounds back to the start); "
+                             "export with --dtype float32 to keep the fine-tune\n",
+                             survival.fraction, sg::hub::kSurvivalWarning, survival.export_dtype,
+                             100 * survival.fraction, survival.export_dtype);
   return 0;
 }
 
