@@ -6,6 +6,12 @@
 //   memory::MemoryReport r = probe_memory(cfg);
 //   std::cout << memory::format_table(r) << memory::to_json(r);
 //
+// Before the model is built, from the config alone (nothing allocated): what the run will hold at the least, and the
+// refusal (exit 2) of a run whose footprint is over what this process may take.
+//
+//   refuse_what_cannot_fit(cfg, device, world);              // throws InputError naming the figure and what would fit
+//   memory::Footprint f = footprint_from_config(cfg, world);
+//
 // And the probe behind per_device_batch_size=auto (train/MicrobatchFit.h): one forward + backward at microbatch 1 and
 // 2, without an update.
 //
@@ -16,6 +22,7 @@
 #include <c10/core/Device.h>
 
 #include "memory/BatchFit.h"
+#include "memory/Footprint.h"
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
 
@@ -39,6 +46,18 @@ memory::MemoryReport memory_report(TrainStep& step, const memory::MemoryMeter& m
 // Builds the model, runs step 0 (one optimizer step) and reports. Writes no files. torch::optim
 // creates optimizer state during that first update, so the step's peak can be below a later step's.
 memory::MemoryReport probe_memory(const config::Config& cfg);
+
+// The run's footprint, lower bounds all: the weights as stored (a LoRA run's frozen base in weight_dtype, its fp32
+// adapters), the trained set's shadow tree (grad_dtype) and optimizer state (optimizer_state_bytes_after_update, its
+// 1/world_size slice with shard_optimizer_over_data), hoist_weight_cast's compute-dtype copies of the trained
+// weights, and what backward keeps of one microbatch under remat_policy (per_device_batch_size=auto counts as 1).
+memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world_size);
+
+// On a CPU device: throws InputError when footprint_from_config(cfg) is over what this process may take (the headroom
+// under its cgroup limit or MemAvailable, memory/MemoryBudget.h, shared by LOCAL_WORLD_SIZE processes). The message
+// gives the figure, its parts, and which lean settings (LoRA, a bf16 base, bf16 shadow and moments, remat) would fit.
+// Does nothing on CUDA (the headroom read is the host's) or when no headroom can be read.
+void refuse_what_cannot_fit(const config::Config& cfg, c10::Device device, int64_t world_size);
 
 struct MicrobatchProbe {
   memory::MicrobatchModel model;    // the predicted step peak per microbatch size

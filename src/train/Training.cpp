@@ -125,6 +125,7 @@ RunSummary Training::run() {
   memory::MemoryMeter meter(device_);  // before the model, so its set-up counts in the run's peak
   auto dp = connect(cfg_, device_);
   const int world = dp ? dp->world_size() : 1;
+  refuse_what_cannot_fit(cfg_, device_, world);  // exit 2, naming the figure, before the model is allocated
   model::Decoder model(model::DecoderOptions::from_config(cfg_));
   load_pretrained(cfg_, *model);  // load_parameters_path, unless the run resumes from its own checkpoint
   model->to(device_);
