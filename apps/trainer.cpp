@@ -26,6 +26,7 @@
 #include "config/GlobalBatch.h"
 #include "distributed/Environment.h"
 #include "hub/Import.h"
+#include "hub/PeftAdapter.h"
 #include "memory/MemoryReport.h"
 #include "memory/TrackingAllocator.h"
 #include "train/ComputeDtype.h"
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
     auto cfg = shadowgrad::config::load_config(path, overrides);
     // A Hugging Face model directory sets the model's shape (docs/huggingface.md).
     if (!cfg.load_parameters_path.empty()) shadowgrad::hub::configure_from_model_dir(cfg);
+    // A peft adapter directory sets the LoRA keys (docs/lora.md).
+    if (!cfg.lora_restore_path.empty()) shadowgrad::hub::configure_from_adapter_dir(cfg);
     // Before anything is written: a global_batch_size that this process count cannot split is bad input.
     shadowgrad::config::derive_accumulation_steps(cfg,
                                                   shadowgrad::distributed::ProcessEnvironment::from_environment().world_size);
