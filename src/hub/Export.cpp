@@ -12,6 +12,7 @@
 #include "hub/Families.h"
 #include "hub/Import.h"
 #include "hub/SafeTensors.h"
+#include "model/LoraOptions.h"
 #include "util/Errors.h"
 
 namespace shadowgrad::hub {
@@ -46,14 +47,22 @@ void export_model_dir(const config::Config& cfg, torch::nn::Module& model, const
 
   fs::create_directories(out_dir);
   auto params = model.named_parameters();
+  auto buffers = model.named_buffers();  // a LoRA model's frozen base
+  const double scale = model::LoraOptions::from_config(cfg).scale;
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  int64_t total = 0;
+  int64_t total = 0, merged = 0, adapters = 0;
   for (const auto& [name, ours] : tensor_names(*hf.family, hf.num_hidden_layers, hf.tie_word_embeddings)) {
-    const at::Tensor* p = params.find(ours);
+    const at::Tensor* p = params.find(ours) ? params.find(ours) : buffers.find(ours);
     if (!p) throw std::logic_error(fmt::format("export: the model has no parameter {} for {}", ours, name));
-    tensors.emplace_back(name, p->detach().to(type));
+    const at::Tensor *a = params.find(ours + "_lora_a"), *b = params.find(ours + "_lora_b");
+    if (a && b) ++merged;
+    tensors.emplace_back(name, (a && b ? merge_lora(*p, *a, *b, scale) : p->detach()).to(type));
     total += tensors.back().second.numel() * int64_t(tensors.back().second.element_size());
   }
+  for (const auto& p : params)
+    if (p.key().size() > 7 && p.key().compare(p.key().size() - 7, 7, "_lora_a") == 0) ++adapters;
+  if (merged != adapters)
+    throw std::logic_error(fmt::format("export: {} adapters, but {} merged into a weight", adapters, merged));
   // Drop what an earlier export into the same directory left, so that no stale shard or index is read back.
   for (const auto& entry : fs::directory_iterator(out_dir)) {
     const std::string name = entry.path().filename().string();
@@ -90,6 +99,11 @@ void export_model_dir(const config::Config& cfg, torch::nn::Module& model, const
       if (name == "config.json" || name == "source.json") continue;
       fs::copy_file(entry.path(), fs::path(out_dir) / name, fs::copy_options::overwrite_existing);
     }
+}
+
+at::Tensor merge_lora(const at::Tensor& weight, const at::Tensor& a, const at::Tensor& b, double scale) {
+  at::NoGradGuard no_grad;
+  return weight.detach().to(at::kFloat) + at::mm(b.detach().to(at::kFloat), a.detach().to(at::kFloat)) * scale;
 }
 
 } // namespace shadowgrad::hub

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include <ATen/core/Tensor.h>
+
 #include "config/Config.h"
 
 namespace torch::nn {
@@ -22,9 +24,15 @@ struct ExportOptions {
   int64_t shard_bytes = int64_t(5) << 30;
 };
 
-// `model` is a Decoder built from `cfg` (the run's config.yml) holding the weights to write. A run that started from a
-// model directory keeps its family and extra config fields; a from-scratch run is written as LlamaForCausalLM.
+// `model` is a Decoder built from `cfg` (the run's config.yml) holding the weights to write: its parameters, or with
+// lora_rank > 0 its buffers (the frozen base) with each layer{i}_{w}_lora_a / _lora_b parameter pair merged into
+// layer{i}_{w}. A run that started from a model directory keeps its family and extra config fields; a from-scratch
+// run is written as LlamaForCausalLM.
 void export_model_dir(const config::Config& cfg, torch::nn::Module& model, const std::string& run_dir,
                       const std::string& out_dir, const ExportOptions& options);
+
+// weight + scale * (b @ a), all in fp32 (peft's merge order: the product, then the scale, then the sum), for the
+// export to round once to its dtype. a is [r, in], b is [out, r], weight [out, in] of any floating dtype.
+at::Tensor merge_lora(const at::Tensor& weight, const at::Tensor& a, const at::Tensor& b, double scale);
 
 } // namespace shadowgrad::hub
