@@ -1,6 +1,7 @@
-// export_hf RUN_DIR OUT_DIR [--step N] [--dtype bfloat16|float32|float16|auto]: writes a run's checkpoint as a Hugging
-// Face model directory (config.json, safetensors, the tokenizer files the run brought) that transformers'
-// from_pretrained loads. Thin by design: parse, call src/hub, choose the exit code (docs/huggingface.md).
+// export_hf RUN_DIR OUT_DIR [--step N] [--dtype bfloat16|float32|float16|auto] [--adapter]: writes a run's checkpoint as
+// a Hugging Face model directory (config.json, safetensors, the tokenizer files the run brought) that transformers'
+// from_pretrained loads, a LoRA run's adapters merged in; with --adapter, a LoRA run's adapters alone as a peft
+// adapter directory (docs/lora.md). Thin by design: parse, call src/hub, choose the exit code (docs/huggingface.md).
 // Exit codes: 0 written; 1 runtime failure; 2 bad input (no run, no checkpoint, a damaged checkpoint, bad flag).
 #include <filesystem>
 #include <iostream>
@@ -13,8 +14,10 @@
 #include "VersionLine.h"
 #include "checkpoint/WeightsLoader.h"
 #include "config/ConfigLoader.h"
+#include "hub/BaseRecord.h"
 #include "hub/Export.h"
 #include "hub/ExportSurvival.h"
+#include "hub/PeftAdapter.h"
 #include "model/Decoder.h"
 #include "util/Errors.h"
 
@@ -23,7 +26,8 @@ namespace {
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
 
-int export_run(const std::string& run_dir, const std::string& out_dir, int64_t step, const std::string& dtype) {
+int export_run(const std::string& run_dir, const std::string& out_dir, int64_t step, const std::string& dtype,
+               bool adapter) {
   namespace sg = shadowgrad;
   const std::string config_path = run_dir + "/config.yml";
   if (!std::filesystem::exists(config_path))
@@ -33,6 +37,13 @@ int export_run(const std::string& run_dir, const std::string& out_dir, int64_t s
   sg::model::Decoder model(sg::model::DecoderOptions::from_config(cfg));
   // The weights alone (no optimizer state), and nothing in the run directory touched: a trainer may be writing it.
   step = sg::checkpoint::load_weights(run_dir, step, *model);
+  if (adapter) {
+    sg::hub::export_adapter(cfg, *model, run_dir, out_dir);
+    std::cout << fmt::format("wrote the peft adapter {} from {} step {}\n", out_dir, run_dir, step);
+    return 0;
+  }
+  // A LoRA checkpoint holds the adapters: the merge needs the base the run was built on.
+  if (cfg.lora_rank > 0) sg::hub::load_recorded_base(cfg, run_dir, *model);
   sg::hub::ExportOptions options;
   options.dtype = dtype;
   sg::hub::export_model_dir(cfg, *model, run_dir, out_dir, options);
@@ -64,11 +75,14 @@ int main(int argc, char** argv) {
                "export_hf"};
   std::string run_dir, out_dir, dtype = "auto";
   int64_t step = -1;
+  bool adapter = false;
   app.add_option("RUN_DIR", run_dir, "the run directory (holds config.yml and checkpoints/)")->required();
   app.add_option("OUT_DIR", out_dir, "where to write the model directory")->required();
   app.add_option("--step", step, "checkpoint step to export (default: the latest)");
   app.add_option("--dtype", dtype, "float32, bfloat16, float16, or auto: the dtype the model came in, else the "
                                    "weight dtype")->capture_default_str();
+  app.add_flag("--adapter", adapter, "a LoRA run: write its adapters as a peft directory (adapter_config.json, "
+                                     "adapter_model.safetensors) instead of the merged model");
   app.set_version_flag("--version", version_line("export_hf"));
   try {
     app.parse(argc, argv);
@@ -77,7 +91,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kExitBadInput;
   }
   try {
-    return export_run(run_dir, out_dir, step, dtype);
+    return export_run(run_dir, out_dir, step, dtype, adapter);
   } catch (const shadowgrad::InputError& e) {
     std::cerr << "export_hf: error: " << e.what() << "\n";
     return kExitBadInput;
