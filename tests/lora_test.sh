@@ -121,7 +121,8 @@ grep -q 'frozen base values in bfloat16' "$tmp/hf_straight.log" || fail "hf_stra
 run hf_resumed 0 3 "${hf[@]}"
 run hf_resumed 0 6 "${hf[@]}"
 bitwise hf_resumed hf_straight
-[[ $(grep -c "weights from $tmp/base" "$tmp/hf_resumed.log") == 2 ]] || fail "the resume did not read the base again"
+# The resume's part of the log (after the first run's "done:" line) names the base it read again.
+sed '1,/done: 3 steps/d' "$tmp/hf_resumed.log" | grep -q "$tmp/base" || fail "the resume did not read the base again"
 
 echo "== another process count: the checkpoint of 2 processes resumed on 1, and of 1 on 2 (same global batch)"
 run p2_to_p1 2 3 "${ck[@]}" gradient_accumulation_steps=2
