@@ -11,8 +11,10 @@
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
 #include "distributed/Environment.h"
+#include "hub/BaseRecord.h"
 #include "hub/HfConfig.h"
 #include "hub/Import.h"
+#include "hub/PeftAdapter.h"
 #include "memory/MemoryMeter.h"
 #include "model/Decoder.h"
 #include "train/BatchSizePolicy.h"
@@ -68,10 +70,19 @@ std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c1
 // A run with a checkpoint to resume skips it: the checkpoint overwrites every parameter. A LoRA run's checkpoint
 // holds only the adapters, so its frozen base is read again.
 void load_pretrained(const config::Config& cfg, torch::nn::Module& model) {
-  if (cfg.load_parameters_path.empty() || (checkpoint::can_resume(cfg) && cfg.lora_rank == 0)) return;
-  const auto hf = hub::read_hf_config(cfg.load_parameters_path + "/config.json");
-  hub::load_hf_weights(cfg.load_parameters_path, hf, model);
-  spdlog::info("weights from {} ({})", cfg.load_parameters_path, hf.family->architecture);
+  const bool resumes = checkpoint::can_resume(cfg);
+  if (!cfg.load_parameters_path.empty() && resumes && cfg.lora_rank > 0) {
+    hub::load_recorded_base(cfg, checkpoint::run_dir_of(cfg), model);  // exit 2 naming the file if the base changed
+    spdlog::info("frozen base read again from {}, as the run recorded it", cfg.load_parameters_path);
+  } else if (!cfg.load_parameters_path.empty() && !resumes) {
+    const auto hf = hub::read_hf_config(cfg.load_parameters_path + "/config.json");
+    hub::load_hf_weights(cfg.load_parameters_path, hf, model);
+    spdlog::info("weights from {} ({})", cfg.load_parameters_path, hf.family->architecture);
+  }
+  if (!cfg.lora_restore_path.empty() && !resumes) {
+    hub::load_adapter_weights(cfg.lora_restore_path, cfg, model);
+    spdlog::info("adapters from {}", cfg.lora_restore_path);
+  }
 }
 
 // Threads, the allocator cache, and what the user should know about the compute dtype. Returns the thread count.
@@ -139,8 +150,10 @@ RunSummary Training::run() {
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
   const bool budget_spent = cfg_.train_tokens > 0 && start.state.sequences >= cfg_.train_sequences();
   if (start.state.step > 0 && (start.state.step == cfg_.steps || budget_spent)) return finish_from_disk(start, step, meter);
-  if (start.dir && start.state.step == 0 && !cfg_.load_parameters_path.empty())
+  if (start.dir && start.state.step == 0 && !cfg_.load_parameters_path.empty()) {
     hub::carry_model_files(cfg_.load_parameters_path, start.dir->path());  // tokenizer, config.json, source.json
+    if (cfg_.lora_rank > 0) hub::write_base_record(cfg_.load_parameters_path, start.dir->path());  // checked on resume
+  }
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
   log_run_start(cfg_, dtype_, start, step, world, threads);
   RunSummary summary = run_steps(cfg_, step, *evaluator_, meter, signals, start, device_, policy);
