@@ -92,7 +92,12 @@ class Trainer:
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
             procs = [subprocess.Popen(cmd, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True) for r in range(processes)]
-            outs = [p.communicate(timeout=300)[0] for p in procs]
+            try:
+                outs = [p.communicate(timeout=300)[0] for p in procs]
+            except subprocess.TimeoutExpired:
+                for p in procs:
+                    p.kill()
+                sys.exit(f"FAILED: {name}'s {processes} processes ran past 300 s")
             for r, (p, out) in enumerate(zip(procs, outs)):
                 if p.returncode != 0:
                     sys.exit(f"FAILED: rank {r} of {name} exited {p.returncode}\n{out[-3000:]}")
