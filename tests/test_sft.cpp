@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include <ATen/ATen.h>
@@ -150,6 +151,28 @@ TEST_CASE("an SFT file round-trips, and every corrupt form is refused naming the
   count[32] = char(count[32] + 1);
   CHECK_THAT(corrupt("count", count), Catch::Contains("the header says"));
   CHECK_THAT(error_of("/nonexistent/x.sft"), Catch::Contains("/nonexistent/x.sft"));
+}
+
+TEST_CASE("SFT offsets near 2^64 are refused, not wrapped", "[sft][data]") {
+  // A file of n examples (num_tokens T) with its n + 1 offsets replaced by offsets(T).
+  auto with_offsets = [](int n, const std::function<std::vector<uint64_t>(uint64_t)>& offsets) {
+    const std::string good = bytes_of(sft_file("wrap" + std::to_string(n), ragged_examples(n, 12)));
+    uint64_t tokens = 0;
+    for (int b = 0; b < 8; ++b) tokens |= uint64_t(uint8_t(good[24 + b])) << (8 * b);
+    std::string bytes = good.substr(0, good.size() - 8 * size_t(n + 1));
+    for (uint64_t o : offsets(tokens))
+      for (int b = 0; b < 8; ++b) bytes.push_back(char(uint8_t(o >> (8 * b))));
+    return bytes;
+  };
+  const uint64_t max = ~uint64_t(0), half = uint64_t(1) << 63;
+  // offsets[0] + 2 wrapped to 1: [0, 2^64-1, T] passed, and then flags[2^64-1] was read.
+  const auto wrapped = with_offsets(2, [&](uint64_t T) { return std::vector<uint64_t>{0, max, T}; });
+  CHECK_THAT(error_of(write_bytes("wrap_max.sft", wrapped)),
+             Catch::Contains("wrap_max.sft") && Catch::Contains("example 0 has offsets [0, 18446744073709551615)"));
+  // No wrap, but an offset past num_tokens whose example's first flag was read before a later offset failed.
+  const auto past = with_offsets(3, [&](uint64_t T) { return std::vector<uint64_t>{0, half, half + 2, T}; });
+  CHECK_THAT(error_of(write_bytes("wrap_half.sft", past)),
+             Catch::Contains("example 0 has offsets [0, 9223372036854775808)"));
 }
 
 TEST_CASE("the trainer exits 2 naming a bad SFT file", "[sft][data]") {

@@ -28,15 +28,20 @@ int64_t padded8(int64_t n) { return (n + 7) / 8 * 8; }
 } // namespace
 
 SftFile SftFile::open(const std::string& path, const std::string& key) {
-  SftFile f;
-  f.label_ = fmt::format("{} '{}'", key, path);
-  const std::string& L = f.label_;
+  const std::string label = fmt::format("{} '{}'", key, path);
   std::string bytes;
   try {
     bytes = util::read_whole_file(path);
   } catch (const std::runtime_error& e) {
-    throw DataError(fmt::format("{}: {}", L, e.what()));
+    throw DataError(fmt::format("{}: {}", label, e.what()));
   }
+  return parse(bytes, label);
+}
+
+SftFile SftFile::parse(const std::string& bytes, const std::string& label) {
+  SftFile f;
+  f.label_ = label;
+  const std::string& L = f.label_;
   const int64_t size = int64_t(bytes.size());
   if (size < kSftHeaderBytes)
     throw DataError(fmt::format("{} is truncated: {} bytes, shorter than the SFT header ({} bytes)", L, size,
@@ -60,20 +65,23 @@ SftFile SftFile::open(const std::string& path, const std::string& key) {
     throw DataError(fmt::format("{} {}: the header says {} examples and {} tokens, so {} bytes; the file has {}", L,
                                 size < expected ? "is truncated" : "has trailing bytes", N, T, expected, size));
   f.tokens_.resize(size_t(T));
-  f.flags_.resize(size_t(T));
   f.offsets_.resize(size_t(N + 1));
   for (int64_t i = 0; i < T; ++i) f.tokens_[i] = read_le<uint32_t>(bytes, size_t(kSftHeaderBytes + 4 * i));
-  std::memcpy(f.flags_.data(), bytes.data() + kSftHeaderBytes + 4 * T, size_t(T));
+  const auto flags_begin = bytes.begin() + kSftHeaderBytes + 4 * T;
+  f.flags_.assign(flags_begin, flags_begin + T);  // not memcpy: with T = 0 its destination would be null
   const size_t offsets_at = size_t(kSftHeaderBytes + 4 * T + padded8(T));
   for (int64_t i = 0; i <= N; ++i) f.offsets_[i] = read_le<uint64_t>(bytes, offsets_at + 8 * size_t(i));
 
   if (f.offsets_.front() != 0 || f.offsets_.back() != tokens)
     throw DataError(fmt::format("{}: example offsets run from {} to {}; they must run from 0 to num_tokens={}", L,
                                 f.offsets_.front(), f.offsets_.back(), T));
+  // Each end within num_tokens before its example's first flag is read, and the length by subtraction: offsets[i] + 2
+  // wraps near 2^64 (offsets [0, 2^64-1, T] passed), and [0, 2^63, 2^63+2, T] read flags[2^63] before failing.
   for (int64_t i = 0; i < N; ++i) {
-    if (f.offsets_[i + 1] < f.offsets_[i] + 2)
-      throw DataError(fmt::format("{}: example {} has offsets [{}, {}); an example holds at least 2 tokens", L, i,
-                                  f.offsets_[i], f.offsets_[i + 1]));
+    if (f.offsets_[i + 1] > tokens || f.offsets_[i + 1] < f.offsets_[i] || f.offsets_[i + 1] - f.offsets_[i] < 2)
+      throw DataError(fmt::format("{}: example {} has offsets [{}, {}); an example holds at least 2 tokens, within "
+                                  "num_tokens={}",
+                                  L, i, f.offsets_[i], f.offsets_[i + 1], T));
     if (f.flags_[f.offsets_[i]] != 0)
       throw DataError(fmt::format("{}: example {}'s first token is flagged as a target; nothing precedes it", L, i));
   }

@@ -25,6 +25,9 @@ class SftFile {
  public:
   // `key` names the config key in messages ("dataset_path", "eval_dataset_path").
   static SftFile open(const std::string& path, const std::string& key);
+  // The same checks on a file's bytes already read; `label` names it in messages ("dataset_path 'FILE'"). Nothing is
+  // allocated before the sizes the header gives agree with bytes.size(). Used by open() and fuzz/sft_fuzzer.cpp.
+  static SftFile parse(const std::string& bytes, const std::string& label);
 
   int64_t examples() const { return int64_t(offsets_.size()) - 1; }
   int64_t length(int64_t i) const { return int64_t(offsets_[i + 1] - offsets_[i]); }
