@@ -145,6 +145,26 @@ TEST_CASE("safetensors: every malformed header is a ModelFileError naming the fi
   }
 }
 
+TEST_CASE("safetensors: shape x dtype size cannot wrap for a data section past 2^32 bytes", "[hub]") {
+  // The header parser is given the data section's size alone: nothing of 8 GiB is made.
+  const uint64_t data = uint64_t(1) << 33;
+  auto error = [&](const std::string& header) {
+    try {
+      hub::parse_safetensors_header(header, data, "big.safetensors");
+    } catch (const hub::ModelFileError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // [2^31, 2^31] F32 is 2^64 bytes, which wrapped to 0 and matched data_offsets [x, x].
+  const std::string fill = R"("pad":{"dtype":"U8","shape":[8589934592],"data_offsets":[0,8589934592]})";
+  CHECK_THAT(error("{" + fill + R"(,"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[8589934592,8589934592]}})"),
+             Catch::Contains("big.safetensors") && Catch::Contains("tensor 'w'") && Catch::Contains("needs more bytes"));
+  // Controls: the same data section filled by tensors whose sizes are right is read.
+  CHECK(error("{" + fill + "}").empty());
+  CHECK(error(R"({"w":{"dtype":"F32","shape":[1024,2097152],"data_offsets":[0,8589934592]}})").empty());
+}
+
 TEST_CASE("safetensors: a written file reads back bit for bit, also at offsets not aligned to the dtype", "[hub]") {
   const auto dir = scratch("roundtrip");
   const std::string path = (dir / "m.safetensors").string();

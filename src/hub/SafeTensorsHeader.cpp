@@ -60,7 +60,8 @@ TensorInfo parse_entry(const std::string& name, const json& e, uint64_t data_byt
   const json& shape = field("shape");
   if (!shape.is_array() || shape.size() > 8)
     throw ModelFileError(fmt::format("{}: tensor '{}': shape must be an array of at most 8 sizes", path, name));
-  // numel x size is checked against the data section at every factor, so it can never overflow.
+  // numel x size, each product checked for overflow (two factors each below a data section over 4 GiB can wrap:
+  // [2^31, 2^31] F32 made 0 bytes) and against the data section.
   uint64_t bytes = uint64_t(size);
   bool empty = false;
   for (const auto& d : shape) {
@@ -68,7 +69,7 @@ TensorInfo parse_entry(const std::string& name, const json& e, uint64_t data_byt
     if (n > uint64_t(INT64_MAX)) throw ModelFileError(fmt::format("{}: tensor '{}': size {} too large", path, name, n));
     t.shape.push_back(int64_t(n));
     if (n == 0) empty = true;
-    if (!empty && (bytes > data_bytes || n > data_bytes || (bytes *= n) > data_bytes))
+    if (!empty && (__builtin_mul_overflow(bytes, n, &bytes) || bytes > data_bytes))
       throw ModelFileError(
           fmt::format("{}: tensor '{}': shape {} of {} needs more bytes than the file's {} of data", path, name,
                       shape.dump().substr(0, 80), t.dtype, data_bytes));
