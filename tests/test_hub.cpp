@@ -62,6 +62,12 @@ json tiny_llama_json(bool tied) {
           {"dtype", "float32"}};
 }
 
+// `j` written as dir/config.json and read back.
+hub::HfConfig read_config(const fs::path& dir, const json& j) {
+  hub::write_json_file((dir / "config.json").string(), j);
+  return hub::read_hf_config((dir / "config.json").string());
+}
+
 // tiny.yml's own model keys count as given: a model directory's config.json is to set them here.
 config::Config untouched_tiny_config() {
   auto c = tiny_config();
@@ -183,10 +189,7 @@ TEST_CASE("safetensors: a written file reads back bit for bit, also at offsets n
 
 TEST_CASE("config.json: v4 and v5 forms read the same, and what we cannot train is refused naming field and value", "[hub]") {
   const auto dir = scratch("config");
-  auto read = [&](const json& j) {
-    hub::write_json_file((dir / "config.json").string(), j);
-    return hub::read_hf_config((dir / "config.json").string());
-  };
+  auto read = [&](const json& j) { return read_config(dir, j); };
   json v5 = tiny_llama_json(false);
   v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 32}};
@@ -245,6 +248,47 @@ TEST_CASE("config.json: v4 and v5 forms read the same, and what we cannot train 
   auto m = untouched_tiny_config();
   m.load_parameters_path = dir.string();
   CHECK_THROWS_WITH(hub::configure_from_model_dir(m), Catch::Contains("sliding_window = 8"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("config.json: where two fields say one thing, transformers' choice wins", "[hub]") {
+  // Each expectation is what transformers 5.24's AutoConfig.from_pretrained reads from the same file.
+  const auto dir = scratch("precedence");
+  auto read = [&](const json& j) { return read_config(dir, j); };
+  json both = tiny_llama_json(false);
+  both["dtype"] = "bfloat16";
+  both["torch_dtype"] = "float16";
+  CHECK(read(both).dtype == "bfloat16");  // v5's dtype over v4's torch_dtype
+  json types = tiny_llama_json(false);
+  types["rope_parameters"] = {{"rope_type", "llama3"}, {"type", "linear"}, {"rope_theta", 5000.0}, {"factor", 8.0},
+                              {"low_freq_factor", 1.0}, {"high_freq_factor", 3.0},
+                              {"original_max_position_embeddings", 32}};
+  CHECK(read(types).rope_scaling.type == config::RopeType::llama3);  // rope_type over the legacy type
+  types["rope_scaling"] = types["rope_parameters"];
+  types.erase("rope_parameters");
+  CHECK(read(types).rope_scaling.type == config::RopeType::llama3);  // in either form
+  // A non-empty rope_scaling is read before rope_parameters, its theta from the top level when it has none.
+  json forms = tiny_llama_json(false);  // rope_parameters: default, theta 5000
+  forms["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  forms["rope_theta"] = 7000.0;
+  const auto v4 = read(forms);
+  CHECK(v4.rope_scaling.type == config::RopeType::linear);
+  CHECK(v4.rope_scaling.factor == 2.0);
+  CHECK(v4.rope_theta == 7000.0);
+  forms["rope_scaling"] = json::object();  // empty: rope_parameters
+  CHECK(read(forms).rope_scaling.type == config::RopeType::none);
+  CHECK(read(forms).rope_theta == 5000.0);
+  // Without head_dim: Qwen3Config's default, 128; Llama's (and Mistral's, Qwen2's) hidden_size / num_attention_heads.
+  json qwen3 = tiny_llama_json(false);
+  qwen3["architectures"] = {"Qwen3ForCausalLM"};
+  qwen3["model_type"] = "qwen3";
+  qwen3.erase("head_dim");
+  CHECK(read(qwen3).head_dim == 128);
+  qwen3["head_dim"] = 8;
+  CHECK(read(qwen3).head_dim == 8);
+  json llama = tiny_llama_json(false);
+  llama.erase("head_dim");
+  CHECK(read(llama).head_dim == 32 / 4);
   fs::remove_all(dir);
 }
 

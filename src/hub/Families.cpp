@@ -6,10 +6,10 @@ namespace shadowgrad::hub {
 
 const std::vector<Family>& families() {
   static const std::vector<Family> all = {
-      {"LlamaForCausalLM", "llama", false, false, false},
-      {"MistralForCausalLM", "mistral", false, false, true},
-      {"Qwen2ForCausalLM", "qwen2", true, false, true},
-      {"Qwen3ForCausalLM", "qwen3", false, true, true},
+      {"LlamaForCausalLM", "llama", false, false, false, 0},
+      {"MistralForCausalLM", "mistral", false, false, true, 0},
+      {"Qwen2ForCausalLM", "qwen2", true, false, true, 0},
+      {"Qwen3ForCausalLM", "qwen3", false, true, true, 128},
   };
   return all;
 }

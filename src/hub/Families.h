@@ -4,6 +4,7 @@
 //
 //   const Family* f = find_family("Qwen2ForCausalLM");          // null when unsupported
 //   for (auto& [hf, ours] : tensor_names(*f, layers, tied)) ...  // "model.layers.0.self_attn.q_proj.weight" -> "layer0_wq"
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,8 @@ struct Family {
   bool qkv_bias;             // q/k/v projections have biases (o_proj none)
   bool qk_norm;              // per-head RMSNorm of q and k before RoPE
   bool sliding_window;       // has a sliding_window field that must not cut attention inside max_target_length
+  int64_t head_dim;          // a config.json without head_dim: transformers' default for the family (Qwen3Config's
+                             // 128), or 0 for hidden_size / num_attention_heads
 };
 
 const Family* find_family(const std::string& architecture);

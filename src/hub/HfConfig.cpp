@@ -63,17 +63,18 @@ const Family& family_of(const Reader& r) {
   throw ModelFileError(fmt::format("{}: neither 'architectures' nor a supported 'model_type'", r.path));
 }
 
-// v5's rope_parameters, else v4's rope_theta and rope_scaling.
+// As transformers 5 reads them (RotaryEmbeddingConfigMixin.convert_rope_params_to_dict): a non-empty rope_scaling
+// (v4), else rope_parameters (v5); rope_theta from that object, else the top-level rope_theta, else 10000; the type
+// from rope_type, else the legacy type, else default.
 void read_rope(const Reader& r, HfConfig& c) {
-  const bool v5 = r.has("rope_parameters");
+  const bool v4 = r.has("rope_scaling") && !(r.j.at("rope_scaling").is_object() && r.j.at("rope_scaling").empty());
   const json none = json::object();
-  const json& params = v5 ? r.j.at("rope_parameters") : r.has("rope_scaling") ? r.j.at("rope_scaling") : none;
-  const std::string where = v5 ? "rope_parameters." : "rope_scaling.";
+  const json& params = v4 ? r.j.at("rope_scaling") : r.has("rope_parameters") ? r.j.at("rope_parameters") : none;
+  const std::string where = v4 ? "rope_scaling." : "rope_parameters.";
   if (!params.is_object()) r.refuse(where.substr(0, where.size() - 1), params, "expected an object");
-  c.rope_theta = v5 ? r.number(params, "rope_theta", r.number(r.j, "rope_theta", 10000, ""), where)
-                    : r.number(r.j, "rope_theta", 10000, "");
+  c.rope_theta = r.number(params, "rope_theta", r.number(r.j, "rope_theta", 10000, ""), where);
   std::string type = "default";
-  for (const char* key : {"rope_type", "type"})
+  for (const char* key : {"type", "rope_type"})  // the last present wins
     if (params.contains(key) && params.at(key).is_string()) type = params.at(key).get<std::string>();
   if (type == "default") return;
   if (type == "linear") c.rope_scaling.type = config::RopeType::linear;
@@ -114,7 +115,7 @@ HfConfig read_hf_config(const std::string& path) {
   c.num_hidden_layers = r.integer("num_hidden_layers");
   c.num_attention_heads = r.integer("num_attention_heads");
   c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads);
-  c.head_dim = r.integer("head_dim", c.hidden_size / c.num_attention_heads);
+  c.head_dim = r.integer("head_dim", c.family->head_dim ? c.family->head_dim : c.hidden_size / c.num_attention_heads);
   c.max_position_embeddings = r.integer("max_position_embeddings", int64_t(0));
   c.rms_norm_eps = r.number(j, "rms_norm_eps", 1e-6, "");
   c.tie_word_embeddings = r.flag("tie_word_embeddings");
@@ -128,7 +129,7 @@ HfConfig read_hf_config(const std::string& path) {
     r.refuse("partial_rotary_factor", j.at("partial_rotary_factor"), "only full rotary embeddings are supported");
   if (c.head_dim % 2 != 0) r.refuse("head_dim", c.head_dim, "RoPE needs an even head_dim");
   read_rope(r, c);
-  for (const char* key : {"dtype", "torch_dtype"})
+  for (const char* key : {"torch_dtype", "dtype"})  // the last present wins: v5's dtype, as in transformers
     if (r.has(key) && j.at(key).is_string()) c.dtype = j.at(key).get<std::string>();
   // Qwen2/3 use a sliding window only with use_sliding_window; Mistral whenever sliding_window is set.
   if (c.family->sliding_window && r.has("sliding_window") &&
