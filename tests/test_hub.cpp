@@ -5,6 +5,7 @@
 // The case tagged [can_skip] is the logits probe tests/hf_parity_test.py drives (skipped without it).
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include "Skip.h"
 #include "TinyConfig.h"
+#include "TrainerProcess.h"
 #include "accumulate/ShadowAccumulator.h"
 #include "hub/ConfigMapping.h"
 #include "hub/Export.h"
@@ -87,7 +89,8 @@ config::Config configured(const fs::path& dir) {
 void write_model_dir(const fs::path& dir, bool tied,
                      const std::function<void(std::vector<std::pair<std::string, at::Tensor>>&)>& edit) {
   hub::write_json_file((dir / "config.json").string(), tiny_llama_json(tied));
-  auto c = configured(dir);
+  auto c = untouched_tiny_config();  // configure_from_model_dir would look for the weights written below
+  hub::apply_hf_config(hub::read_hf_config((dir / "config.json").string()), c, dir.string());
   model::Decoder m(model::DecoderOptions::from_config(c));
   auto params = m->named_parameters();
   std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -301,9 +304,90 @@ TEST_CASE("model directory: a missing, unexpected or mis-shaped tensor is refuse
   write_model_dir(dir, false, [](auto& t) { t.emplace_back("model.layers.9.mlp.up_proj.weight", at::zeros({2})); });
   CHECK_THAT(load_error(dir), Catch::Contains("unexpected tensor 'model.layers.9.mlp.up_proj.weight'"));
   write_model_dir(dir, false, [](auto& t) { t[0].second = at::zeros({64, 31}); });
-  CHECK_THAT(load_error(dir), Catch::Contains("model.safetensors: tensor 'model.embed_tokens.weight' has shape [64, 31]"));
+  CHECK_THAT(load_error(dir), Catch::Contains("config.json: gives tensor 'model.embed_tokens.weight' the shape [64, 32], "
+                                              "but " + (dir / "model.safetensors").string() + " holds it as [64, 31]"));
   CHECK_THROWS_AS(hub::safetensors_dtype(at::kDouble), std::invalid_argument);
   fs::remove_all(dir);
+}
+
+TEST_CASE("model directory: a crafted config.json exits 2 naming it, before anything is allocated", "[hub]") {
+  // What the trainer does with each directory: exit code, output, seconds, and its own peak resident memory, read by
+  // GNU time (a direct child of this process would count this process's pages, which fork shares, in its peak).
+  struct Outcome {
+    int code;
+    std::string output, last_line;
+    double seconds;
+    long max_rss_mib = -1;  // -1: /usr/bin/time is not installed
+  };
+  const bool gnu_time = fs::exists("/usr/bin/time");
+  auto trainer = [&](const fs::path& dir) {
+    const std::string rss = (dir / "trainer.rss").string();
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = trainer_process::run_command((gnu_time ? "/usr/bin/time -f %M -o " + rss + " " : std::string()) +
+                                                TRAINER_BIN + " base.yml steps=1 enable_checkpointing=false "
+                                                "load_parameters_path=" + dir.string() +
+                                                " base_output_directory=" + (dir / "runs").string());
+    Outcome out{r.code, r.output, "", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+    std::string text = r.output;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    out.last_line = text.substr(text.rfind('\n') + 1);
+    if (gnu_time) {  // "%M" is the last line ("Command exited with non-zero status 2" may come first)
+      std::string kib = trainer_process::read_text(rss);
+      while (!kib.empty() && kib.back() == '\n') kib.pop_back();
+      out.max_rss_mib = std::stol(kib.substr(kib.rfind('\n') + 1)) / 1024;
+    }
+    return out;
+  };
+  auto expect_refused = [&](const fs::path& dir, const std::string& message) {
+    const Outcome r = trainer(dir);
+    INFO(dir.string() << ": exit " << r.code << ", " << r.seconds << " s, " << r.max_rss_mib << " MiB\n" << r.output);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.last_line, Catch::StartsWith("error: " + (dir / "config.json").string()) && Catch::Contains(message));
+    CHECK(r.seconds < 30);  // about 1 s; a loaded 2-core machine may take longer to start LibTorch
+    CHECK(r.max_rss_mib < 2048);
+  };
+  // A valid tiny model: the control, trained for one step.
+  const auto valid = scratch("crafted_valid");
+  write_model_dir(valid, false, [](auto&) {});
+  const Outcome trained = trainer(valid);
+  INFO(trained.output);
+  REQUIRE(trained.code == 0);
+  // Shapes the weight files cannot hold.
+  const auto vocab = scratch("crafted_vocab");
+  write_model_dir(vocab, false, [](auto&) {});
+  json j = tiny_llama_json(false);
+  j["vocab_size"] = 1000000000000;
+  hub::write_json_file((vocab / "config.json").string(), j);
+  expect_refused(vocab, "tensor 'model.embed_tokens.weight' the shape [1000000000000, 32]");
+  const auto layers = scratch("crafted_layers");
+  write_model_dir(layers, false, [](auto&) {});
+  j = tiny_llama_json(false);
+  j["num_hidden_layers"] = 1000000000;
+  hub::write_json_file((layers / "config.json").string(), j);
+  expect_refused(layers, "num_hidden_layers = 1000000000, but the weight files hold 21 tensors");
+  // Shapes the weight files do hold, 4 TiB of them (a sparse file: nothing is written), far past any memory here.
+  const auto huge = scratch("crafted_huge");
+  j = tiny_llama_json(true);
+  j["vocab_size"] = int64_t(1) << 35;
+  hub::write_json_file((huge / "config.json").string(), j);
+  json header = json::object();
+  uint64_t at = 0;
+  for (const auto& [name, shape] : hub::tensor_shapes(hub::read_hf_config((huge / "config.json").string()))) {
+    uint64_t bytes = 4;
+    for (int64_t d : shape) bytes *= uint64_t(d);
+    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {at, at + bytes}}};
+    at += bytes;
+  }
+  const std::string text = header.dump();
+  {
+    std::ofstream out(huge / "model.safetensors", std::ios::binary);
+    for (int i = 0; i < 8; ++i) out.put(char(uint64_t(text.size()) >> (8 * i)));
+    out << text;
+  }
+  fs::resize_file(huge / "model.safetensors", 8 + text.size() + at);
+  REQUIRE(at > (uint64_t(1) << 42));
+  expect_refused(huge, "GiB as weight_dtype=float32 alone, more than this process may take");
+  for (const auto& d : {valid, vocab, layers, huge}) fs::remove_all(d);
 }
 
 TEST_CASE("tied output: one parameter, and its shadow holds both uses' gradients", "[hub]") {

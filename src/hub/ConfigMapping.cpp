@@ -1,5 +1,7 @@
 #include "hub/ConfigMapping.h"
 
+#include <map>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -83,6 +85,28 @@ HfConfig hf_config_from(const config::Config& cfg, const HfConfig* original, con
   c.tie_word_embeddings = cfg.logits_via_embedding;
   c.dtype = dtype;
   return c;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> tensor_shapes(const HfConfig& hf) {
+  auto width = [&](int64_t heads, const char* field) {  // a crafted config.json may make it overflow
+    int64_t w = 0;
+    if (__builtin_mul_overflow(heads, hf.head_dim, &w))
+      throw ModelFileError(fmt::format("config.json: {} = {} x head_dim = {} is past 2^63", field, heads, hf.head_dim));
+    return w;
+  };
+  const int64_t h = hf.hidden_size, q = width(hf.num_attention_heads, "num_attention_heads"),
+                kv = width(hf.num_key_value_heads, "num_key_value_heads");
+  const std::map<std::string, std::vector<int64_t>> by_role = {
+      {"embedding", {hf.vocab_size, h}}, {"output", {hf.vocab_size, h}}, {"attn_norm", {h}}, {"mlp_norm", {h}},
+      {"final_norm", {h}}, {"wq", {q, h}}, {"wk", {kv, h}}, {"wv", {kv, h}}, {"wo", {h, q}}, {"bq", {q}},
+      {"bk", {kv}}, {"bv", {kv}}, {"q_norm", {hf.head_dim}}, {"k_norm", {hf.head_dim}},
+      {"w_gate", {hf.intermediate_size, h}}, {"w_up", {hf.intermediate_size, h}}, {"w_down", {h, hf.intermediate_size}}};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (const auto& [name, ours] : tensor_names(*hf.family, hf.num_hidden_layers, hf.tie_word_embeddings)) {
+    const auto layer_prefix = ours.rfind("layer", 0) == 0 ? ours.find('_') + 1 : 0;  // "layer0_wq" -> "wq"
+    shapes.emplace_back(name, by_role.at(ours.substr(layer_prefix)));
+  }
+  return shapes;
 }
 
 } // namespace shadowgrad::hub

@@ -4,6 +4,12 @@
 //   HfConfig hf = read_hf_config(dir + "/config.json");
 //   apply_hf_config(hf, cfg, dir);              // cfg's model keys := the file's; a given key that differs throws
 //   HfConfig out = hf_config_from(cfg, &hf);     // for an export (null: a from-scratch run, as Llama)
+//   for (auto& [name, shape] : tensor_shapes(hf)) ...  // "model.embed_tokens.weight" -> {vocab_size, hidden_size}
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "config/Config.h"
 #include "hub/HfConfig.h"
 
@@ -17,5 +23,9 @@ void apply_hf_config(const HfConfig& hf, config::Config& cfg, const std::string&
 // The HfConfig describing cfg's model: `original`'s family and extra fields when the run came from one, else the
 // family the options need (Llama; Qwen2 for attention_bias, Qwen3 for use_qk_norm). `dtype`: the saved dtype name.
 HfConfig hf_config_from(const config::Config& cfg, const HfConfig* original, const std::string& dtype);
+
+// The Hugging Face name and shape of every tensor `hf` describes (tensor_names' order), as transformers shapes them:
+// known from config.json alone, before any weight is read or allocated.
+std::vector<std::pair<std::string, std::vector<int64_t>>> tensor_shapes(const HfConfig& hf);
 
 } // namespace shadowgrad::hub

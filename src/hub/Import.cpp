@@ -14,6 +14,7 @@
 #include "hub/ConfigMapping.h"
 #include "hub/Families.h"
 #include "hub/SafeTensors.h"
+#include "memory/MemoryBudget.h"
 
 namespace shadowgrad::hub {
 
@@ -59,6 +60,39 @@ std::vector<std::string> weight_files(const std::string& dir) {
 // Tensors some checkpoints hold that are not parameters: RoPE tables saved by old transformers versions.
 bool ignorable(const std::string& name) { return name.find("rotary_emb.inv_freq") != std::string::npos; }
 
+// Before anything is allocated, from config.json and the safetensors headers alone: a tensor the weight files hold
+// must have the shape config.json gives it, and the weights must fit in what this process may take (a crafted
+// vocab_size of 10^12 would otherwise end in LibTorch's allocator). Missing or unexpected tensors: load_hf_weights.
+void check_config_against_weights(const HfConfig& hf, const config::Config& cfg, const std::string& dir) {
+  const std::string config_json = (fs::path(dir) / "config.json").string();
+  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> held;  // name -> (file, shape)
+  for (const auto& path : weight_files(dir)) {
+    const SafeTensorsFile file = SafeTensorsFile::open(path);  // a temporary's tensors() would dangle in the loop
+    for (const auto& t : file.tensors()) held[t.name] = {path, t.shape};
+  }
+  if (hf.num_hidden_layers > int64_t(held.size()))  // bounds the name list below
+    throw ModelFileError(fmt::format("{}: num_hidden_layers = {}, but the weight files hold {} tensors in all",
+                                     config_json, hf.num_hidden_layers, held.size()));
+  double numel = 0;  // a double: a crafted config.json's product may pass 2^63
+  for (const auto& [name, shape] : tensor_shapes(hf)) {
+    double n = 1;
+    for (int64_t d : shape) n *= double(d);
+    numel += n;
+    const auto it = held.find(name);
+    if (it != held.end() && it->second.second != shape)
+      throw ModelFileError(fmt::format("{}: gives tensor '{}' the shape {}, but {} holds it as {}", config_json, name,
+                                       c10::str(c10::IntArrayRef(shape)), it->second.first,
+                                       c10::str(c10::IntArrayRef(it->second.second))));
+  }
+  const double bytes = numel * (cfg.weight_dtype == config::FloatDtype::bfloat16 ? 2 : 4);
+  const memory::MemoryHeadroom headroom = memory::read_headroom();
+  if (headroom.bytes >= 0 && bytes > double(headroom.bytes))
+    throw ModelFileError(fmt::format("{}: its model has {:.4g} parameters, {:.1f} GiB as weight_dtype={} alone, more "
+                                     "than this process may take ({}); training needs several times that",
+                                     config_json, numel, bytes / double(1 << 30), config::to_string(cfg.weight_dtype),
+                                     headroom.source));
+}
+
 } // namespace
 
 std::string carried_dir(const std::string& run_dir) { return run_dir + "/hf"; }
@@ -70,6 +104,7 @@ HfConfig configure_from_model_dir(config::Config& cfg) {
                                   "config.json and safetensors is expected)", dir));
   HfConfig hf = read_hf_config((fs::path(dir) / "config.json").string());
   apply_hf_config(hf, cfg, dir);
+  check_config_against_weights(hf, cfg, dir);
   return hf;
 }
 
@@ -85,6 +120,7 @@ void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Modu
       where[t.name] = {f, &t};
     }
   auto params = model.named_parameters();
+  auto buffers = model.named_buffers();  // a LoRA model's frozen base
   const auto names = tensor_names(*hf.family, hf.num_hidden_layers, hf.tie_word_embeddings);
   std::set<std::string> expected;
   for (const auto& [name, ours] : names) expected.insert(name);
@@ -118,7 +154,6 @@ void carry_model_files(const std::string& dir, const std::string& run_dir) {
   const fs::path to = carried_dir(run_dir);
   fs::create_directories(to);
   std::vector<std::string> carried;
-  auto buffers = model.named_buffers();  // a LoRA model's frozen base
   for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
                            "tokenizer.model", "special_tokens_map.json", "generation_config.json"}) {
     if (!fs::exists(fs::path(dir) / name)) continue;
