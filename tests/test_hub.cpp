@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -194,29 +195,37 @@ TEST_CASE("config.json: v4 and v5 forms read the same, and what we cannot train 
   const auto dir = scratch("config");
   auto read = [&](const json& j) { return read_config(dir, j); };
   json v5 = tiny_llama_json(false);
-  v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 32}};
+  // Every llama3 field off its default (factor 1, low 1, high 4, 8192), so that a field read back is the file's.
+  v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}, {"low_freq_factor", 2.0},
+                           {"high_freq_factor", 3.0}, {"original_max_position_embeddings", 32}};
   json v4 = v5;
   v4.erase("rope_parameters");
   v4.erase("dtype");
   v4["torch_dtype"] = "bfloat16";
   v4["rope_theta"] = 500000.0;
-  v4["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+  v4["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 2.0}, {"high_freq_factor", 3.0},
                         {"original_max_position_embeddings", 32}};
   const auto a = read(v5), b = read(v4);
   CHECK(a.rope_theta == 500000.0);
   CHECK(b.rope_theta == 500000.0);
   CHECK(a.rope_scaling.type == config::RopeType::llama3);
   CHECK(b.rope_scaling.type == config::RopeType::llama3);
-  CHECK(b.rope_scaling.factor == 8.0);
-  CHECK(b.rope_scaling.original_max_position == 32);
+  for (const auto* c : {&a, &b}) {
+    CHECK(c->rope_scaling.factor == 8.0);
+    CHECK(c->rope_scaling.low_freq_factor == 2.0);
+    CHECK(c->rope_scaling.high_freq_factor == 3.0);
+    CHECK(c->rope_scaling.original_max_position == 32);
+  }
   CHECK(b.dtype == "bfloat16");
   // Written: both forms, read back the same.
   const json written = hub::to_json(a);
   CHECK(written["rope_theta"] == 500000.0);
   CHECK(written["rope_parameters"]["rope_theta"] == 500000.0);
   CHECK(written["rope_scaling"]["rope_type"] == "llama3");
-  CHECK(read(written).rope_scaling.high_freq_factor == 4.0);
+  const auto again = read(written);
+  CHECK(again.rope_scaling.low_freq_factor == 2.0);
+  CHECK(again.rope_scaling.high_freq_factor == 3.0);
+  CHECK(again.rope_scaling.original_max_position == 32);
 
   auto refused = [&](const std::string& key, const json& value) {
     json j = tiny_llama_json(false);
@@ -388,6 +397,105 @@ TEST_CASE("model directory: a crafted config.json exits 2 naming it, before anyt
   REQUIRE(at > (uint64_t(1) << 42));
   expect_refused(huge, "GiB as weight_dtype=float32 alone, more than this process may take");
   for (const auto& d : {valid, vocab, layers, huge}) fs::remove_all(d);
+}
+
+TEST_CASE("model directory: each Hugging Face tensor reaches the parameter that plays its part", "[hub]") {
+  // The file is written from Hugging Face names listed here (not from tensor_names), each tensor random, and the
+  // loaded model's logits for one token are computed by hand from those tensors, as transformers' Llama computes
+  // them. With one token, attention returns each head's v, so RoPE, q and k drop out: v and o, gate, up and down,
+  // the norms, the embedding and lm_head must each sit where transformers puts them. gate_proj and up_proj (and k_proj
+  // and v_proj) have the same shape, so only their values can tell a swap; q_proj [32, 32] and k_proj [16, 32] differ
+  // in shape, which the load checks.
+  const auto dir = scratch("roles");
+  hub::write_json_file((dir / "config.json").string(), tiny_llama_json(false));
+  at::manual_seed(3);
+  std::map<std::string, at::Tensor> w;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool norm = false) {
+    w[name] = norm ? 1 + 0.5 * at::randn(shape) : at::randn(shape) * 0.3;
+  };
+  add("model.embed_tokens.weight", {64, 32});
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    add(l + "input_layernorm.weight", {32}, true);
+    add(l + "self_attn.q_proj.weight", {32, 32});
+    add(l + "self_attn.k_proj.weight", {16, 32});
+    add(l + "self_attn.v_proj.weight", {16, 32});
+    add(l + "self_attn.o_proj.weight", {32, 32});
+    add(l + "post_attention_layernorm.weight", {32}, true);
+    add(l + "mlp.gate_proj.weight", {64, 32});
+    add(l + "mlp.up_proj.weight", {64, 32});
+    add(l + "mlp.down_proj.weight", {32, 64});
+  }
+  add("model.norm.weight", {32}, true);
+  add("lm_head.weight", {64, 32});
+  hub::write_safetensors((dir / "model.safetensors").string(), {w.begin(), w.end()}, {{"format", "pt"}});
+  auto c = configured(dir);
+  model::Decoder m(model::DecoderOptions::from_config(c));
+  hub::load_hf_weights(dir.string(), hub::read_hf_config((dir / "config.json").string()), *m);
+
+  const auto tokens = at::tensor({5, 17, 60}, at::kLong).view({3, 1});
+  auto norm = [](const at::Tensor& x, const at::Tensor& g) { return x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * g; };
+  auto x = w["model.embed_tokens.weight"].index_select(0, tokens.view(-1));  // [3, 32]
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = "model.layers." + std::to_string(i) + ".";
+    const auto v = at::linear(norm(x, w[l + "input_layernorm.weight"]), w[l + "self_attn.v_proj.weight"]);  // [3, 2x8]
+    const auto heads = v.view({3, 2, 1, 8}).expand({3, 2, 2, 8}).reshape({3, 32});  // query head h reads kv head h/2
+    x = x + at::linear(heads, w[l + "self_attn.o_proj.weight"]);
+    const auto h = norm(x, w[l + "post_attention_layernorm.weight"]);
+    x = x + at::linear(at::silu(at::linear(h, w[l + "mlp.gate_proj.weight"])) * at::linear(h, w[l + "mlp.up_proj.weight"]),
+                       w[l + "mlp.down_proj.weight"]);
+  }
+  const auto expected = at::linear(norm(x, w["model.norm.weight"]), w["lm_head.weight"]);
+  at::NoGradGuard no_grad;
+  const auto logits = m->forward(tokens).view({3, 64});
+  CHECK(at::allclose(logits, expected, 1e-4, 1e-5));
+  // Control: the same by hand with gate_proj and up_proj swapped in layer 0 is far from the model's logits.
+  auto swapped = w;
+  std::swap(swapped["model.layers.0.mlp.gate_proj.weight"], swapped["model.layers.0.mlp.up_proj.weight"]);
+  hub::write_safetensors((dir / "model.safetensors").string(), {swapped.begin(), swapped.end()}, {{"format", "pt"}});
+  model::Decoder s(model::DecoderOptions::from_config(c));
+  hub::load_hf_weights(dir.string(), hub::read_hf_config((dir / "config.json").string()), *s);
+  CHECK_FALSE(at::allclose(s->forward(tokens).view({3, 64}), expected, 1e-2, 1e-3));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("model directory: a sharded export reads back bit for bit", "[hub]") {
+  // export_hf's shard size (ExportOptions.shard_bytes) made small, so the tiny model's 21 tensors (about 100 KB in
+  // fp32) are spread over several files and model.safetensors.index.json; loading that directory gives each parameter
+  // its exact bits back.
+  const auto run = scratch("shard_run"), out = scratch("shard_out");
+  auto c = untouched_tiny_config();
+  model::Decoder m(model::DecoderOptions::from_config(c));
+  const int64_t shard = 16 << 10;
+  hub::export_model_dir(c, *m, run.string(), out.string(), {"float32", shard});
+  REQUIRE(fs::exists(out / "model.safetensors.index.json"));
+  CHECK_FALSE(fs::exists(out / "model.safetensors"));
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (e.path().extension() != ".safetensors") continue;
+    ++files;
+    const auto f = hub::SafeTensorsFile::open(e.path().string());
+    uint64_t bytes = 0;
+    for (const auto& t : f.tensors()) bytes += t.end - t.begin;
+    CHECK((bytes <= uint64_t(shard) || f.tensors().size() == 1));  // a shard holds at most shard_bytes, or one tensor
+  }
+  CHECK(files >= 4);
+  auto back_cfg = configured(out);
+  model::Decoder back(model::DecoderOptions::from_config(back_cfg));
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : back->parameters()) p.zero_();  // so that every parameter compared below was loaded
+  }
+  const auto ours = m->named_parameters();
+  hub::load_hf_weights(out.string(), hub::read_hf_config((out / "config.json").string()), *back);
+  const auto loaded = back->named_parameters();
+  REQUIRE(loaded.size() == ours.size());
+  for (const auto& p : ours) {
+    INFO(p.key());
+    CHECK(at::equal(loaded[p.key()], p.value()));
+  }
+  fs::remove_all(run);
+  fs::remove_all(out);
 }
 
 TEST_CASE("tied output: one parameter, and its shadow holds both uses' gradients", "[hub]") {
