@@ -421,6 +421,20 @@ compare() {
   row "$label: ratio" "" "" "shadowgrad / PyTorch compiled tokens/s = $ratio"
 }
 compare seed "$seed" "${seed_batch[@]}"
+
+# Phase: LoRA on the big model's shape (docs/lora.md): r=16 on all seven projections, the base frozen in bf16.
+if [[ -x $trainer ]]; then
+  # shellcheck disable=SC2046 # trainer_keys is a list of key=value words
+  run_phase "trainer LoRA r=16, big" 120 "$logs/trainer-lora-big.log" "$trainer" "$root/configs/seed.yml" \
+    $(trainer_keys "$big") hardware="$hardware" dtype=bfloat16 weight_dtype=bfloat16 lora_rank=16 lora_alpha=32 \
+    per_device_batch_size="${big_batch[0]}" gradient_accumulation_steps="${big_batch[1]}" steps="${big_batch[2]}" \
+    log_period=1 synthetic_min_length_fraction=1 enable_checkpointing=false base_output_directory="$logs/runs" \
+    run_name=trainer-lora-big
+  n="n/a n/a 0"
+  [[ -f $logs/runs/trainer-lora-big/metrics.jsonl ]] && n=$(numbers trainer "$logs/runs/trainer-lora-big/metrics.jsonl" "${big_batch[3]}")
+  row "trainer LoRA r=16, big" "$ph_status" "$ph_s" "bf16 base, adapters only trained; tokens/s, peak MiB, steps kept: $n$( ((ph_rc && ph_rc != 99)) && echo "; $(why_failed "$logs/trainer-lora-big.log")")"
+fi
+
 compare big "$big" "${big_batch[@]}"
 
 # Phase: the overlap of the gradient reduction, which needs two GPUs (NCCL puts no two ranks on one GPU).
