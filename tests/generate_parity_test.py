@@ -6,7 +6,8 @@ Tiny random models that transformers' own classes build and save_pretrained writ
 Llama 3 RoPE scaling, Qwen2's biases, Qwen3's q/k norms with a tied output): the first N greedy tokens of a few
 prompts, with no EOS and with an EOS that ends them early. A LoRA run trained on one of them for a few steps: its
 greedy tokens from the run directory equal transformers' on the merged export, and differ from the base's (the
-control: the adapters matter). Text through scripts/generate.sh with a tiny word-level tokenizer and chat template:
+control: the adapters matter). A peft adapter on a base (--adapter) against peft's generate, and an adapter for
+another base refused with exit 2. Text through scripts/generate.sh with a tiny word-level tokenizer and chat template:
 --prompt, --template, --prompts JSONL and a two-turn --chat give transformers' decoded text; its bad inputs exit 2;
 Ctrl-C in --chat ends with 0 and leaves no build/generate behind.
 
@@ -144,6 +145,40 @@ def lora_run(generate, trainer, export_hf, work):
     check(serve(PROMPTS[1], max_new=N_NEW)["ids"] != hf_greedy(base, PROMPTS[1], N_NEW),
           "control: the tuned run's tokens differ from the base's")
     serve.close()
+
+
+def adapter_cases(generate, work):
+    """A peft adapter on a tiny base (every projection, B off zero): ours with --adapter equals peft's generate; an
+    adapter saved for another base (hidden 48) exits 2 naming the tensor that does not fit."""
+    from peft import LoraConfig, get_peft_model
+    base_dir = os.path.join(work, "llama_gqa")  # written by tiny_cases
+    base = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+    base_tokens = {tuple(ids): hf_greedy(base, ids, N_NEW) for ids in PROMPTS}
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0))
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.3 * torch.randn_like(p))
+    peft_model.eval()
+    adapter = os.path.join(work, "adapter")
+    peft_model.save_pretrained(adapter)
+    serve = Serve(generate, base_dir, "--adapter", adapter)
+    for ids in PROMPTS:
+        want = hf_greedy(peft_model, ids, N_NEW)
+        got = serve(ids, max_new=N_NEW)["ids"]
+        check(got == want and want != base_tokens[tuple(ids)],
+              f"--adapter: {len(ids)}-token prompt, {N_NEW} tokens equal peft's (and differ from the base's)"
+              + ("" if got == want else f" (ours {got}, theirs {want})"))
+    serve.close()
+    other = build("Llama", {"hidden_size": 48})
+    other_adapter = os.path.join(work, "adapter_other")
+    get_peft_model(other, LoraConfig(r=4, lora_alpha=8, target_modules=targets)).save_pretrained(other_adapter)
+    r = subprocess.run([generate, base_dir, "--adapter", other_adapter, "--prompt-ids", "1 2"], capture_output=True,
+                       text=True)
+    check(r.returncode == 2 and "adapter_model.safetensors" in r.stderr,
+          f"exit 2 on an adapter for another base: {r.returncode} {r.stderr.strip()[-200:]}")
 
 
 WORDS = ("the a of cat dog sat on mat what is capital france paris answer question hello hi and to in it was "
@@ -312,6 +347,7 @@ def main():
         os.makedirs(work)
         tiny_cases(generate, work)
         lora_run(generate, trainer, export_hf, work)
+        adapter_cases(generate, work)
         text_cases(repo, generate, work)
     if FAILURES:
         sys.exit(f"{len(FAILURES)} failed:\n  " + "\n  ".join(FAILURES))

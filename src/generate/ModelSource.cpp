@@ -4,12 +4,15 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "checkpoint/WeightsLoader.h"
 #include "config/ConfigLoader.h"
 #include "config/Dtypes.h"
 #include "hub/HfConfig.h"
+#include "hub/BaseRecord.h"
 #include "hub/Import.h"
+#include "hub/PeftAdapter.h"
 #include "util/Errors.h"
 
 namespace fs = std::filesystem;
@@ -27,6 +30,13 @@ void set_generation_keys(config::Config& cfg, const ModelSource& source, int64_t
   config::apply_overrides(cfg, source.overrides);
 }
 
+// "models/SmolLM2-135M/" and "HuggingFaceTB/SmolLM2-135M" -> "SmolLM2-135M"
+std::string last_name(const std::string& path) {
+  auto p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
 // The weights in the compute dtype once, rather than a cast at every token; eval mode (no LoRA dropout).
 void ready(LoadedModel& m) {
   m.model->to(config::scalar_type(config::resolve_compute_dtype(m.cfg.dtype, m.cfg.hardware)));
@@ -42,17 +52,14 @@ LoadedModel load_run(const ModelSource& source) {
   set_generation_keys(m.cfg, source, m.cfg.max_target_length);
   config::validate(m.cfg);
   m.model = model::Decoder(model::DecoderOptions::from_config(m.cfg));
-  // A LoRA run's checkpoint holds its adapters alone: the frozen base comes from where the run read it.
-  if (m.cfg.lora_rank > 0) {
-    if (m.cfg.load_parameters_path.empty())
-      throw InputError(fmt::format("{}: a LoRA run without load_parameters_path has no base to read", source.path));
-    const auto hf = hub::read_hf_config((fs::path(m.cfg.load_parameters_path) / "config.json").string());
-    hub::load_hf_weights(m.cfg.load_parameters_path, hf, *m.model);
-  }
+  // A LoRA run's checkpoint holds its adapters alone: the frozen base is read again from where the run read it,
+  // after checking it is the base the run recorded (a from-scratch base is the seeded init the constructor made).
+  if (m.cfg.lora_rank > 0) hub::load_recorded_base(m.cfg, source.path, *m.model);
   m.step = checkpoint::load_weights(source.path, source.step, *m.model);
   m.description = fmt::format("run {} step {}", source.path, m.step);
   if (m.cfg.lora_rank > 0)
-    m.description += fmt::format(" (LoRA r={} over {})", m.cfg.lora_rank, m.cfg.load_parameters_path);
+    m.description += fmt::format(" (LoRA r={} over {})", m.cfg.lora_rank,
+                                 m.cfg.load_parameters_path.empty() ? "its seeded base" : m.cfg.load_parameters_path);
   return m;
 }
 
@@ -64,9 +71,22 @@ LoadedModel load_model_dir(const ModelSource& source) {
                                                                              : kDefaultHfContext,
                                               kDefaultHfContext));
   hub::configure_from_model_dir(m.cfg);  // the model keys from config.json; validates
+  std::string adapter_base;
+  if (!source.adapter.empty()) {
+    m.cfg.lora_restore_path = source.adapter;
+    adapter_base = hub::configure_from_adapter_dir(m.cfg).base_model_name_or_path;  // the LoRA keys; validates
+  }
   m.model = model::Decoder(model::DecoderOptions::from_config(m.cfg));
   hub::load_hf_weights(source.path, hf, *m.model);
   m.description = fmt::format("{} ({})", source.path, hf.family->architecture);
+  if (source.adapter.empty()) return m;
+  // An adapter made for another architecture does not fit: a tensor's shape or a layer is refused (ModelFileError).
+  // One made for another checkpoint of the same shapes fits; its recorded base's name is all that can tell.
+  hub::load_adapter_weights(source.adapter, m.cfg, *m.model);
+  m.description += fmt::format(" + adapter {} (r={})", source.adapter, m.cfg.lora_rank);
+  if (!adapter_base.empty() && last_name(adapter_base) != last_name(fs::absolute(source.path).string()))
+    spdlog::warn("{}: base_model_name_or_path is {}, not {}: is this the adapter's base?", source.adapter,
+                 adapter_base, source.path);
   return m;
 }
 
