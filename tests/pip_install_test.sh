@@ -2,8 +2,11 @@
 # Intent: `pip install --no-build-isolation .` as a user runs it (docs/python.md): into a fresh venv that already
 # has torch, then the Python tests through the installed package only (no PYTHONPATH, run from outside the tree).
 # The fresh venv sees the project venv's torch and torchvision through a .pth file rather than a 5.5 GB second copy.
-# Usage: tests/pip_install_test.sh SOURCE_DIR WORK_DIR PYTHON_WITH_TORCH
-# Cost: compiles the module (~2 min of one core) and runs python/tests (~1 min).
+# With SHADOWGRAD_PREBUILT_DIR set to a CMake build folder (ctest sets its own), pip packages the module that build
+# compiled instead of compiling the same sources again (setup.py); a control then points it at a build whose list of
+# sources differs from setup.py's, which must be refused. Without it, pip compiles the module as a user's does.
+# Usage: [SHADOWGRAD_PREBUILT_DIR=BUILD_DIR] tests/pip_install_test.sh SOURCE_DIR WORK_DIR PYTHON_WITH_TORCH
+# Cost: ~1 min with SHADOWGRAD_PREBUILT_DIR, mostly python/tests; compiling the module adds ~3 min on 2 cores.
 set -euo pipefail
 src=$1 work=$2 torch_python=$3
 rm -rf "$work" && mkdir -p "$work"
@@ -19,6 +22,22 @@ own_site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
 mkdir -p "$work/checkout" && (cd "$src" && git ls-files --cached --others --exclude-standard -z | xargs -0 cp --parents -t "$work/checkout")
 "$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$work/checkout" 2> >(grep -v '^WARNING: Location' >&2)
 cd "$work"
+# A module a compiler made for this package has no RUNPATH; a build tree's (into the build's venv) must not ride along.
+so=$("$py" -c 'import shadowgrad._C as c; print(c.__file__)')
+if readelf -d "$so" | grep -E 'RPATH|RUNPATH'; then echo "FAIL: the installed $so keeps a search path"; exit 1; fi
+if [ -n "${SHADOWGRAD_PREBUILT_DIR:-}" ]; then
+  # Control: a build that compiled one more source than setup.py knows of is refused, naming it.
+  mkdir -p "$work/other-build/python"
+  { cat "$SHADOWGRAD_PREBUILT_DIR/python/prebuilt_module.txt"; echo source=src/accumulate/Extra.cpp; } \
+    > "$work/other-build/python/prebuilt_module.txt"
+  if SHADOWGRAD_PREBUILT_DIR="$work/other-build" "$py" -m pip install --disable-pip-version-check --no-build-isolation \
+       --no-deps --force-reinstall "$work/checkout" > "$work/control.log" 2>&1; then
+    echo "FAIL: control: a build with a source setup.py does not compile was packaged"; exit 1
+  fi
+  grep -q "only in CMake: \['src/accumulate/Extra.cpp'\]" "$work/control.log" ||
+    { cat "$work/control.log"; echo "FAIL: control: the refusal does not name the extra source"; exit 1; }
+  echo "control: a build from another list of sources refused"
+fi
 "$py" -c 'import shadowgrad, sys; assert "/site-packages/" in shadowgrad.__file__, shadowgrad.__file__; print("installed:", shadowgrad.__file__, shadowgrad.__version__)'
 # libgomp: one OpenMP runtime in the process, torch's own.
 "$py" -c 'import shadowgrad
