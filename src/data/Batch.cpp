@@ -15,4 +15,18 @@ Batch Batch::slice(int64_t begin, int64_t count) const {
   return {rows(tokens), rows(targets), rows(segments), rows(positions)};
 }
 
+Batch Batch::model_inputs() const {
+  if (!segments.defined() || segments.numel() == 0) return *this;
+  if (segments.gt(1).any().item<bool>()) return *this;  // a row holds a second example: the block mask is needed
+  // Padding before an example (segment 0 then 1): plain causal attention would let the example see it.
+  const int64_t T = segments.size(1);
+  if (segments.slice(1, 1, T).gt(segments.slice(1, 0, T - 1)).any().item<bool>()) return *this;
+  if (positions.defined()) {
+    // Each example token at its index: an example that starts later in its row needs its RoPE positions.
+    const auto index = at::arange(positions.size(1), positions.options()).expand_as(positions);
+    if (positions.ne(index).logical_and(segments.ne(0)).any().item<bool>()) return *this;
+  }
+  return {tokens, targets, {}, {}};
+}
+
 } // namespace shadowgrad::data

@@ -4,6 +4,12 @@
 // SFT batches (data/SftSource.h) also carry, per token, the segment (which example of the row it belongs to:
 // 1, 2, ...; 0 for padding) and its position in that example; the model turns them into a block-causal mask and
 // RoPE positions. Language-model windows leave both undefined: plain causal attention over positions 0..T-1.
+// Rows that hold one example each (unpacked SFT) need no more than that plain causal attention, and model_inputs()
+// gives them to the model so:
+//
+//   const int64_t real = batch.real_tokens();                  // counting reads the segments: before
+//   data::Batch micro = batch.slice(m * B, B).model_inputs();
+//   auto logits = model->forward(micro.tokens, micro.segments, micro.positions);
 #include <ATen/core/Tensor.h>
 
 namespace shadowgrad::data {
@@ -24,6 +30,12 @@ struct Batch {
   int64_t real_tokens() const;
   // Rows [begin, begin + count): a view, no copy.
   Batch slice(int64_t begin, int64_t count) const;
+  // The rows as the model takes them: without segments and positions when every row holds at most one example, from
+  // its first token on (segment ids 0 and 1 only, padding only after the example, each example token at its own
+  // index): causal attention then never looks at the padding, and the positions are 0..T-1 anyway, so the model's
+  // plain causal path (scaled_dot_product_attention's causal kernel) gives the same result without building a
+  // [B, T, T] mask. Any other batch comes back as it is. Views, no copy; a few passes over the ids to decide.
+  Batch model_inputs() const;
 };
 
 } // namespace shadowgrad::data

@@ -4,7 +4,8 @@
 // Labels are shifted inside each example: position t of an example targets its token t+1 when that token is a
 // target, so no target crosses from one example to the next, and an example's last position has none.
 // Each token carries its example's segment id (1, 2, ... within the row; 0 for padding) and its position in the
-// example (0 at each example's start), from which the model builds a block-causal mask and gathers RoPE.
+// example (0 at each example's start), from which the model builds a block-causal mask and gathers RoPE. Unpacked rows
+// keep them too (they count the padding); Batch::model_inputs() drops them for the model, which needs no mask there.
 //
 // Order: epoch e shuffles the examples with (data_shuffle_seed, e), packs them, and shuffles the rows; row j of the
 // run is row j of the concatenated epochs. So row j is a pure function of (seed, j): the global batch of a step
