@@ -48,14 +48,8 @@ int export_run(const std::string& run_dir, const std::string& out_dir, int64_t s
   options.dtype = dtype;
   sg::hub::export_model_dir(cfg, *model, run_dir, out_dir, options);
   std::cout << fmt::format("wrote {} from {} step {}\n", out_dir, run_dir, step);
-  // What of the fine-tune the written dtype kept (hub/ExportSurvival.h). It compares parameters, which under LoRA are
-  // the adapters, not the merged weights written: say so rather than print a figure about the wrong tensors.
-  if (cfg.lora_rank > 0) {
-    std::cout << "export survival: not measured for a merged LoRA export (it compares the trained parameters, which "
-                 "are the adapters); --adapter writes them in fp32\n";
-    return 0;
-  }
-  const auto survival = sg::hub::measure_export_survival(run_dir, out_dir, *model);
+  // What of the fine-tune the written dtype kept (hub/ExportSurvival.h); with LoRA, of the merged adapters.
+  const auto survival = sg::hub::measure_export_survival(cfg, run_dir, out_dir, *model);
   if (!survival.measured) {
     std::cout << fmt::format("export survival: not measured: {}\n", survival.why_not);
     return 0;

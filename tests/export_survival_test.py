@@ -8,10 +8,12 @@
 - the control: lr 1e-2 moves the weights by many bf16 steps: `--dtype auto` keeps > 0.9, no warning;
 - the printed figure equals ||export - start|| / ||master - start|| computed here from the files (the start read with
   safetensors, the master from the float32 export) to 1e-5;
+- LoRA (lora_rank=4, lr 1e-3): the master of a written weight is its base with the adapters merged (fp32); the printed
+  figure equals the one computed from the files (the master from the float32 export), and float32 keeps 1;
 - a from-scratch run (no start): "not measured", no warning.
 
 Usage: export_survival_test.py TRAINER EXPORT_HF WORK_DIR
-Cost: 4 trainer runs of 3 steps and 5 exports of the tiny model: ~15 s on 2 cores.
+Cost: 5 trainer runs of 3 steps and 7 exports of the tiny model: ~15 s on 2 cores.
 """
 import os
 import re
@@ -65,13 +67,13 @@ def main():
     start = load_file(os.path.join(start_dir, "model.safetensors"))
     assert all(t.dtype == torch.bfloat16 for t in start.values()), "the start is not bf16"
 
-    def train(name, lr, from_start=True):
+    def train(name, lr, from_start=True, keys=()):
         model_keys = ["base.yml", f"load_parameters_path={start_dir}"] if from_start else ["tiny.yml"]
         run([trainer, *model_keys, "dtype=float32", "weight_dtype=float32", "dataset_type=tokens",
              f"dataset_path={data}", f"max_target_length={T}", "per_device_batch_size=2",
              "gradient_accumulation_steps=2", "steps=3", f"learning_rate={lr}", "warmup_steps_fraction=0",
              "cosine_learning_rate_final_fraction=1", f"base_output_directory={work}", f"run_name={name}",
-             "num_threads=1"])
+             "num_threads=1", *keys])
         return os.path.join(work, name)
 
     def export(run_dir, dtype):
@@ -118,6 +120,18 @@ def main():
     expect("auto: no warning", "warning" not in r.stderr)
     expect(f"auto: printed {s} = by hand {by_hand(auto_large, master_large):.6f} (1e-5)",
            s is not None and abs(s - by_hand(auto_large, master_large)) <= 1e-5)
+
+    print("LoRA (r=4) from the bf16 model, lr 1e-3: the merged export")
+    lora = train("lora", 1e-3, keys=["lora_rank=4"])
+    lora32, r32 = export(lora, "float32")
+    lora_auto, r = export(lora, "auto")
+    master_lora = load_file(os.path.join(lora32, "model.safetensors"))
+    s_lora, s_lora32 = survival_line(r), survival_line(r32)
+    expect(f"auto: printed {s_lora} = by hand {by_hand(lora_auto, master_lora):.6f} (1e-5)",
+           s_lora is not None and abs(s_lora - by_hand(lora_auto, master_lora)) <= 1e-5)
+    expect(f"float32: survival {s_lora32} = 1 (1e-6)", s_lora32 is not None and abs(s_lora32 - 1) <= 1e-6)
+    expect("auto: a warning exactly when the figure is below 0.9",
+           s_lora is not None and (s_lora < 0.9) == ("--dtype float32" in r.stderr))
 
     print("a from-scratch run")
     _, r = export(train("scratch", 1e-5, from_start=False), "auto")

@@ -12,10 +12,12 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
+#include "hub/Export.h"
 #include "hub/Families.h"
 #include "hub/HfConfig.h"
 #include "hub/Import.h"
 #include "hub/SafeTensors.h"
+#include "model/LoraOptions.h"
 
 namespace shadowgrad::hub {
 
@@ -74,8 +76,8 @@ std::string open_start(const fs::path& source, ExportSurvival& s, TensorIndex& s
 
 } // namespace
 
-ExportSurvival measure_export_survival(const std::string& run_dir, const std::string& out_dir,
-                                       torch::nn::Module& model) {
+ExportSurvival measure_export_survival(const config::Config& cfg, const std::string& run_dir,
+                                       const std::string& out_dir, torch::nn::Module& model) {
   ExportSurvival s;
   const fs::path source = fs::path(carried_dir(run_dir)) / "source.json";
   if (!fs::exists(source)) {
@@ -97,7 +99,8 @@ ExportSurvival measure_export_survival(const std::string& run_dir, const std::st
 
   const HfConfig hf = read_hf_config((fs::path(out_dir) / "config.json").string());
   auto params = model.named_parameters();
-  auto buffers = model.named_buffers();
+  auto buffers = model.named_buffers();  // a LoRA model's frozen base
+  const double lora_scale = model::LoraOptions::from_config(cfg).scale;
   double kept = 0, moved = 0;
   for (const auto& [name, ours] : tensor_names(*hf.family, hf.num_hidden_layers, hf.tie_word_embeddings)) {
     const at::Tensor* master = params.find(ours);
@@ -111,7 +114,8 @@ ExportSurvival measure_export_survival(const std::string& run_dir, const std::st
     }
     if (s.export_dtype.empty()) s.export_dtype = exported.files[exported.where.at(name).first].find(name)->dtype;
     kept += squared_distance(out, from);
-    moved += squared_distance(master->detach().to(at::kFloat), from);
+    const at::Tensor *a = params.find(ours + "_lora_a"), *b = params.find(ours + "_lora_b");
+    moved += squared_distance(a && b ? merge_lora(*master, *a, *b, lora_scale) : master->detach().to(at::kFloat), from);
     ++s.tensors;
   }
   if (!(moved > 0)) {

@@ -9,10 +9,12 @@
 // the export is read back from the files just written, so the figure is of what is on disk.
 //
 //   export_model_dir(cfg, *model, run_dir, out_dir, options);
-//   const ExportSurvival s = measure_export_survival(run_dir, out_dir, *model);
+//   const ExportSurvival s = measure_export_survival(cfg, run_dir, out_dir, *model);
 //   if (s.measured && s.fraction < kSurvivalWarning) ... suggest --dtype float32
 #include <cstdint>
 #include <string>
+
+#include "config/Config.h"
 
 namespace torch::nn {
 class Module;
@@ -33,11 +35,13 @@ struct ExportSurvival {
   std::string export_dtype;   // as the export's safetensors say: F32, BF16, F16 (the first tensor's)
 };
 
-// `model` holds the masters the export was written from, by our parameter names; out_dir is the export
-// (config.json and its model*.safetensors). Not measured (why_not says why) when the run has no hf/source.json, when
-// the start's weight files are gone or differ in size from what source.json recorded, when the export and the start
-// do not hold the same tensors, or when training moved nothing (||master - start|| = 0).
-ExportSurvival measure_export_survival(const std::string& run_dir, const std::string& out_dir,
-                                       torch::nn::Module& model);
+// `model` (built from `cfg`, the run's config) holds the masters the export was written from, by our parameter names;
+// with lora_rank > 0 a written weight's master is its frozen base (a buffer) with its adapters merged in, in fp32, as
+// export_model_dir merges them. out_dir is the export (config.json and its model*.safetensors). Not measured (why_not
+// says why) when the run has no hf/source.json, when the start's weight files are gone or differ in size from what
+// source.json recorded, when the export and the start do not hold the same tensors, or when training moved nothing
+// (||master - start|| = 0).
+ExportSurvival measure_export_survival(const config::Config& cfg, const std::string& run_dir,
+                                       const std::string& out_dir, torch::nn::Module& model);
 
 } // namespace shadowgrad::hub
