@@ -1,7 +1,7 @@
 # LibTorch, from the torch wheel of the Python environment (scripts/lib/setup.sh passes its cmake_prefix_path).
 # Refuses a torch outside the range this code base is written and tested for, naming both.
-set(SHADOWGRAD_TORCH_MIN 2.11)  # the GPU machine's torch (docs/setup.md); 2.13 and 2.14 are tested here
-set(SHADOWGRAD_TORCH_BELOW 2.15)
+set(SHADOWGRAD_TORCH_MIN 2.11)  # the GPU machine's torch (docs/setup.md); 2.13, 2.14 and 2.15 are built here
+set(SHADOWGRAD_TORCH_BELOW 2.16)
 include(${CMAKE_CURRENT_LIST_DIR}/shadowgradFindTorch.cmake)  # installed too: shadowgradConfig.cmake uses it
 if(Torch_VERSION VERSION_LESS SHADOWGRAD_TORCH_MIN OR NOT Torch_VERSION VERSION_LESS SHADOWGRAD_TORCH_BELOW)
   message(FATAL_ERROR "found torch ${Torch_VERSION} (${Torch_DIR}); shadowgrad needs torch >= ${SHADOWGRAD_TORCH_MIN} "
