@@ -6,7 +6,8 @@
 # compiled instead of compiling the same sources again (setup.py); a control then points it at a build whose list of
 # sources differs from setup.py's, which must be refused. Without it, pip compiles the module as a user's does.
 # Usage: [SHADOWGRAD_PREBUILT_DIR=BUILD_DIR] tests/pip_install_test.sh SOURCE_DIR WORK_DIR PYTHON_WITH_TORCH
-# Cost: ~1 min with SHADOWGRAD_PREBUILT_DIR, mostly python/tests; compiling the module adds ~3 min on 2 cores.
+# Cost: 32 s alone on a quiet 2-core machine with SHADOWGRAD_PREBUILT_DIR (108 s at load 4, mostly python/tests);
+# compiling the module instead: 229 s at load 4 (docs/setup.md).
 set -euo pipefail
 src=$1 work=$2 torch_python=$3
 rm -rf "$work" && mkdir -p "$work"
