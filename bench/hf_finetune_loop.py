@@ -3,11 +3,14 @@
 Face model: LlamaForCausalLM (SDPA attention) in fp32, torch.optim.AdamW(fused=True), clipping at 1.0, K microbatches
 of 1 x T tokens per step with `loss / K` into .grad, eager or under torch.compile. --bf16 runs the forward under
 torch.autocast(bfloat16), as such a user would on a CPU with native bf16 (where the trainer's dtype=auto picks bf16).
+--lora R is the loop a peft user writes: get_peft_model(LoraConfig(r=R, lora_alpha=2R, all seven projections,
+dropout 0)), AdamW over the adapters only (the base frozen in fp32, as from_pretrained loads it).
 The windows are the trainer's (example j of the run at offset mix64(...) % (n - T), src/data/TokenSource.cpp),
 so both train on the same tokens.
 Prints one line: steady-state tokens/s over steps 2..STEPS (the first step, with compilation, is not counted).
 
 Usage: hf_finetune_loop.py MODEL_DIR TOKENS.bin [--steps 3] [--k 4] [--seq 512] [--compile] [--bf16] [--threads 2]
+                          [--lora R]
 """
 import argparse
 import struct
@@ -45,13 +48,20 @@ def main():
     p.add_argument("--compile", action="store_true")
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--lora", type=int, default=0, help="LoRA rank with peft (0: full fine-tuning)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     tokens = read_llmc(a.tokens)
     model = transformers.AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=torch.float32,
                                                               attn_implementation="sdpa")
+    if a.lora:
+        import peft
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0, task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
     forward = torch.compile(model) if a.compile else model
     n = len(tokens)
     j = 0
@@ -66,7 +76,7 @@ def main():
                 logits = forward(input_ids=w[:, :-1]).logits
                 loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), w[0, 1:])
             (loss / a.k).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # as the trainer's gradient_clipping_threshold=1
+        torch.nn.utils.clip_grad_norm_(params, 1.0)  # as the trainer's gradient_clipping_threshold=1
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
