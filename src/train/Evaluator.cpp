@@ -72,7 +72,7 @@ double Evaluator::run(model::Decoder& model, c10::Device device, distributed::Da
   const int rank = dp ? dp->rank() : 0;
   double loss_sum = 0, tokens = 0;
   for (int64_t b = 0; b < batches_; ++b) {
-    data::Batch batch = source_->eval_examples(b * batch_ * world_ + rank * batch_, batch_);
+    data::Batch batch = source_->eval_examples(b * batch_ * world_ + rank * batch_, batch_).model_inputs();
     auto x = batch.tokens.to(device), y = batch.targets.to(device);
     auto seg = batch.segments.defined() ? batch.segments.to(device) : batch.segments;
     auto pos = batch.positions.defined() ? batch.positions.to(device) : batch.positions;

@@ -124,8 +124,9 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
   std::vector<int64_t> micro_tokens;
   sums.data_s += seconds_since(mark);
   for (int64_t m = 0; m < micro_steps_; ++m) {
-    // Contiguous slicing: microbatch m is examples [m*B, (m+1)*B) of the global batch.
-    data::Batch micro = batch.slice(m * micro_batch_, micro_batch_);
+    // Contiguous slicing: microbatch m is examples [m*B, (m+1)*B) of the global batch. model_inputs() lets rows of one
+    // example each (unpacked SFT) take the plain causal attention instead of a [B, T, T] mask.
+    data::Batch micro = batch.slice(m * micro_batch_, micro_batch_).model_inputs();
     model_->set_lora_dropout_rows(plan.first_sequence + (dp_ ? dp_->rank() * local : 0) + m * micro_batch_);
     if (noise_) micro_tokens.push_back(micro.valid_tokens());
     auto tokens = micro.tokens.to(device_), targets = micro.targets.to(device_);
