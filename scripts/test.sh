@@ -2,8 +2,9 @@
 # Installs missing packages, builds everything, and runs the whole suite through ctest: Catch2, the Python
 # unittests against the pip-installed module (ctest pip_install) and the installed package with its out-of-tree
 # example (ctest package).
-# Cost: 749 s from a fresh clone on 2 cores (AMD EPYC, 2026-12-04: venv + build 361 s, ctest 388 s), before
-# pip_install stopped compiling the module a second time (150-220 s of CPU less; docs/setup.md); CI runs exactly this.
+# Cost from a fresh clone on 2 cores (docs/setup.md): 749 s on an AMD EPYC with avx512_bf16 (2026-12-04, before
+# pip_install stopped compiling the module a second time); 1642 s on an AVX2-only EPYC (2026-12-05: apt + venv 160 s,
+# build 685 s, ctest 797 s). CI runs exactly this.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"

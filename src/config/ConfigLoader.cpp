@@ -39,7 +39,13 @@ void validate_eval(const Config& c) {
   if (c.dataset_type == DatasetType::synthetic && !c.eval_dataset_path.empty())
     throw ConfigError(fmt::format("eval_dataset_path='{}' is set but dataset_type=synthetic; synthetic eval data "
                                   "comes from the generator", c.eval_dataset_path));
-  if (c.eval_interval <= 0 && c.eval_interval_sequences <= 0) return;
+  if (c.eval_interval <= 0 && c.eval_interval_sequences <= 0) {
+    if (!c.eval_prompts_path.empty())
+      throw ConfigError(fmt::format("eval_prompts_path='{}' writes samples at each evaluation, and none is scheduled: "
+                                    "set eval_interval=N or eval_interval_sequences=N",
+                                    c.eval_prompts_path));
+    return;
+  }
   const std::string asked = c.eval_interval > 0 ? fmt::format("eval_interval={}", c.eval_interval)
                                                 : fmt::format("eval_interval_sequences={}", c.eval_interval_sequences);
   if (c.dataset_type != DatasetType::synthetic && c.eval_dataset_path.empty())

@@ -19,7 +19,7 @@ Evaluator::Evaluator(const config::Config& c, int world_size)
       last_sequences_(c.train_sequences()),
       batch_(c.eval_per_device_batch_size > 0 ? c.eval_per_device_batch_size : c.per_device_batch_size),
       world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens),
-      fused_kernels_(c.fused_kernels) {
+      fused_kernels_(c.fused_kernels), samples_(c) {
   if (!source_) return;
   const int64_t global = batch_ * world_, capacity = source_->eval_capacity();
   if (source_->eval_pads_past_end()) {

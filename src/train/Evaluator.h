@@ -15,6 +15,7 @@
 #include <c10/core/Device.h>
 
 #include "model/Decoder.h"
+#include "train/EvalSamples.h"
 
 namespace shadowgrad::config {
 struct Config;
@@ -40,12 +41,15 @@ public:
   bool due(int64_t completed_steps, int64_t sequences_before = 0, int64_t sequences_after = 0) const;
   double run(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const;
   int64_t batches() const { return batches_; }
+  // eval_prompts_path's greedy samples, written after each evaluation (EvalSamples.h).
+  EvalSamples& samples() { return samples_; }
   int64_t batch_per_process() const { return batch_; }
 
 private:
   std::unique_ptr<data::DataSource> source_; // null when eval_interval <= 0
   int64_t interval_, interval_sequences_, last_step_, last_sequences_, batch_, world_, batches_ = 0, loss_chunk_tokens_;
   bool fused_kernels_;
+  EvalSamples samples_;
 };
 
 } // namespace shadowgrad::train

@@ -76,6 +76,7 @@ class StepLoop {
       std::filesystem::remove(start.dir->file("summary.json"), ec);  // present only if a finished run is extended
       write_file_atomically(start.dir->file("config.yml"), config::to_yaml(cfg));
       metrics_.emplace(start.dir->file("metrics.jsonl"));
+      evaluator.samples().open(start.dir->file("samples.jsonl"), start.dir->file("hf"));
     }
     summary_.run_dir = start.dir ? start.dir->path() : "";
     summary_.steps = start.state.step;
@@ -103,8 +104,9 @@ class StepLoop {
       const auto eval_start = std::chrono::steady_clock::now();
       if (evaluated) summary_.eval_loss = evaluator_.run(step_.model(), device_, step_.data_parallel());
       const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
+      const double samples_s = evaluated ? evaluator_.samples().write(s + 1, step_.model()) : 0;  // rank 0; 0 where none
       if (st.noise) summary_.gns_tokens = st.noise->gns_tokens;
-      if (metrics_) report(s, st, peak, evaluated, eval_s);
+      if (metrics_) report(s, st, peak, evaluated, eval_s, samples_s);
       guard_.check(st);
       const bool budget_spent = budget_ > 0 && policy_.state().sequences >= budget_;
       checkpoint_or_stop(s, budget_spent);
@@ -153,11 +155,12 @@ class StepLoop {
   }
 
   // metrics.jsonl's line for the step (with eval_loss when it evaluated) and the console's.
-  void report(int64_t s, const StepStats& st, int64_t peak, bool evaluated, double eval_s) {
+  void report(int64_t s, const StepStats& st, int64_t peak, bool evaluated, double eval_s, double samples_s) {
     JsonNumbers fields = step_metrics(st, peak, start_.state.skipped_steps);
     // tokens_seen: training positions so far (sequences x max_target_length), what batch_size_schedule counts.
     fields.push_back({"tokens_seen", double(policy_.state().sequences * cfg_.max_target_length)});
     if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary_.eval_loss}, {"eval_s", eval_s}});
+    if (evaluated && evaluator_.samples().enabled()) fields.push_back({"samples_s", samples_s});
     metrics_->write(fields);
     const double eta = summary_.seconds / double(s + 1 - earlier_steps_) * double(cfg_.steps - s - 1);
     const double shown_eval = std::isnan(summary_.eval_loss) ? -1 : summary_.eval_loss;
