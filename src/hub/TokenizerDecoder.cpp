@@ -26,24 +26,6 @@ uint32_t next_code_point(const std::string& s, size_t& i) {
   return cp;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
-
 // Bytes to text where they are not valid UTF-8: each maximal invalid subsequence becomes one U+FFFD, as Rust's
 // String::from_utf8_lossy (which tokenizers uses) does. A completion cut mid-character ends in one.
 std::string utf8_lossy(const std::string& bytes) {

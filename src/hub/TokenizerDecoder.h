@@ -34,7 +34,7 @@ class TokenizerDecoder {
  private:
   struct Step {  // one decoder of the chain
     enum class Kind { byte_level, byte_fallback, fuse, replace, strip, metaspace } kind;
-    std::string from, to;  // replace: pattern and content; metaspace: the replacement character
+    std::string from{}, to{};  // replace: pattern and content; metaspace: the replacement character
     int64_t start = 0, stop = 0;  // strip: characters off each token's start and end; metaspace: 1 strips the first space
   };
   void add_steps(const nlohmann::json& decoder, const std::string& path);
