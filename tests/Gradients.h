@@ -12,6 +12,8 @@
 #include "model/Decoder.h"
 #include "train/TrainStep.h"
 
+#include "RelativeError.h"
+
 namespace gradients {
 
 struct Gradients {
@@ -31,10 +33,7 @@ inline Gradients accumulate_step0(const shadowgrad::config::Config& c) {
   return g;
 }
 
-// max |a - b| / max |b| over one tensor: a relative error that tiny entries cannot inflate.
-inline double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-30);
-}
+using relative_error::rel_diff;
 
 // The worst of the loss's relative error and every tensor's rel_diff.
 inline double max_rel_diff(const Gradients& a, const Gradients& b) {

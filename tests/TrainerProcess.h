@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <signal.h>
@@ -115,5 +117,16 @@ inline std::string yaml_as_overrides(const std::string& path) {
 inline const std::string kTinyModel = yaml_as_overrides(SHADOWGRAD_SOURCE_DIR "/configs/tiny.yml");
 // The same, logging every step.
 inline const std::string kTiny = kTinyModel + " log_period=1";
+
+// A tiny run `name` under `base`, with a 30-step learning-rate schedule, then `extra`.
+inline std::string tiny_run_args(const std::string& base, const std::string& name, const std::string& extra) {
+  return "base.yml base_output_directory=" + base + " run_name=" + name + kTiny + " learning_rate_schedule_steps=30 " +
+         extra;
+}
+
+// Waits until `path` (a live run's metrics.jsonl) has at least `n` lines, or 120 s pass.
+inline void wait_for_lines(const std::string& path, size_t n) {
+  for (int i = 0; i < 24000 && lines(path).size() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
 
 } // namespace trainer_process

@@ -10,12 +10,13 @@
 
 #include "TinyConfig.h"
 #include "model/Decoder.h"
+#include "RelativeError.h"
 
 using namespace shadowgrad;
 
 namespace {
 
-struct Result {
+struct AttentionPass {
   at::Tensor logits;
   std::vector<at::Tensor> grads;
 };
@@ -31,7 +32,7 @@ struct Batch {
                              .view({2, 16});
 };
 
-Result run(model::DecoderOptions o, const std::string& attention, bool packed) {
+AttentionPass run(model::DecoderOptions o, const std::string& attention, bool packed) {
   o.attention = attention == "dot_product" ? model::DecoderOptions::Attention::dot_product
                                            : model::DecoderOptions::Attention::autoselected;
   model::Decoder m(o);
@@ -40,18 +41,16 @@ Result run(model::DecoderOptions o, const std::string& attention, bool packed) {
   // A loss that weighs every logit differently, so no gradient cancels by symmetry.
   auto weights = at::linspace(-1, 1, logits.numel(), at::kFloat).view(logits.sizes());
   (logits * weights).sum().backward();
-  Result r{logits.detach()};
+  AttentionPass r{logits.detach(), {}};
   for (const auto& p : m->parameters()) r.grads.push_back(p.grad().clone());
   return r;
 }
 
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-30);
-}
+using relative_error::rel_norm_diff;
 
-double worst_gradient(const Result& got, const Result& want) {
+double worst_gradient(const AttentionPass& got, const AttentionPass& want) {
   double worst = 0;
-  for (size_t i = 0; i < want.grads.size(); ++i) worst = std::max(worst, rel(got.grads[i], want.grads[i]));
+  for (size_t i = 0; i < want.grads.size(); ++i) worst = std::max(worst, rel_norm_diff(got.grads[i], want.grads[i]));
   return worst;
 }
 
@@ -75,7 +74,7 @@ TEST_CASE("attention=autoselected gives dot_product's logits and gradients withi
       const auto got = run(o, "autoselected", packed);
       REQUIRE(want.grads.size() == got.grads.size());
       for (const auto& g : want.grads) CHECK(g.abs().max().item<double>() > 0);
-      CHECK(rel(got.logits, want.logits) < 1e-6);
+      CHECK(rel_norm_diff(got.logits, want.logits) < 1e-6);
       CHECK(worst_gradient(got, want) < 1e-5);
     }
 }
@@ -88,7 +87,7 @@ TEST_CASE("a packed row through attention=autoselected is cut at its example bou
   Batch b;
   model::Decoder m(o);
   auto causal_only = m->forward(b.tokens, {}, b.positions).detach();
-  CHECK(rel(causal_only.slice(1, 5, 16)[0], packed.logits.slice(1, 5, 16)[0]) > 1e-3);
+  CHECK(rel_norm_diff(causal_only.slice(1, 5, 16)[0], packed.logits.slice(1, 5, 16)[0]) > 1e-3);
   // Its first example sees nothing before it either way.
-  CHECK(rel(causal_only.slice(1, 0, 5)[0], packed.logits.slice(1, 0, 5)[0]) < 1e-6);
+  CHECK(rel_norm_diff(causal_only.slice(1, 0, 5)[0], packed.logits.slice(1, 0, 5)[0]) < 1e-6);
 }

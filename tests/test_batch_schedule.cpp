@@ -283,20 +283,11 @@ TEST_CASE("gns policy on a stream whose noise scale rises: the estimator's EMA d
   CHECK(batch <= o.max_batch);
 }
 
-namespace {
-
-std::string run_args(const std::string& base, const std::string& name, const std::string& extra) {
-  return "base.yml base_output_directory=" + base + " run_name=" + name + tp::kTiny +
-         " learning_rate_schedule_steps=30 " + extra;  // tiny.yml: per_device_batch_size=2
-}
-
-} // namespace
-
 TEST_CASE("bitwise resume from a checkpoint just before, at, and just after a schedule change", "[batch][resume]") {
   const std::string base = tp::fresh_dir("batch_resume");
   // 0-based step 5 is the first at 8 sequences: checkpoints after 4, 5 and 6 steps are before, at and after it.
   const std::string sched = "batch_size_schedule=0:4,5s:8,8s:16 checkpoint_period=1000";
-  auto full = tp::run(run_args(base, "straight", sched + " steps=10"));
+  auto full = tp::run(tp::tiny_run_args(base, "straight", sched + " steps=10"));
   INFO(full.output);
   REQUIRE(full.code == 0);
   CHECK_THAT(full.output, Catch::Contains("global batch 4 -> 8 sequences from step 6 (K=4)") &&
@@ -308,8 +299,8 @@ TEST_CASE("bitwise resume from a checkpoint just before, at, and just after a sc
   CHECK(tp::field(base + "/straight/metrics.jsonl", "tokens_seen").back() == std::to_string((5 * 4 + 3 * 8 + 2 * 16) * 16));
   for (int stop : {4, 5, 6}) {
     const std::string name = "stop" + std::to_string(stop);
-    REQUIRE(tp::run(run_args(base, name, sched + " steps=" + std::to_string(stop))).code == 0);
-    auto resumed = tp::run(run_args(base, name, sched + " steps=10"));
+    REQUIRE(tp::run(tp::tiny_run_args(base, name, sched + " steps=" + std::to_string(stop))).code == 0);
+    auto resumed = tp::run(tp::tiny_run_args(base, name, sched + " steps=10"));
     INFO(resumed.output);
     REQUIRE(resumed.code == 0);
     CHECK_THAT(resumed.output, Catch::Contains("resumed from") && Catch::Contains("step-" + std::to_string(stop)));
@@ -365,7 +356,7 @@ TEST_CASE("bitwise resume at a gns policy change: the resumed run makes the same
   // the batch doubles about every 3 steps, up to 32.
   const std::string gns = "global_batch_size=4 batch_size_policy=gns gns_batch_margin=0.01 gns_ema_decay=0.5 "
                           "gns_min_steps_between_changes=3 global_batch_size_max=32 checkpoint_period=1000";
-  auto full = tp::run(run_args(base, "straight", gns + " steps=12"));
+  auto full = tp::run(tp::tiny_run_args(base, "straight", gns + " steps=12"));
   INFO(full.output);
   REQUIRE(full.code == 0);
   CHECK_THAT(full.output, Catch::Contains("batch_size_policy=gns: gns_tokens"));
@@ -380,8 +371,8 @@ TEST_CASE("bitwise resume at a gns policy change: the resumed run makes the same
                         batches.begin());
   for (int stop : {first, first + 1}) {
     const std::string name = "stop" + std::to_string(stop);
-    REQUIRE(tp::run(run_args(base, name, gns + " steps=" + std::to_string(stop))).code == 0);
-    auto resumed = tp::run(run_args(base, name, gns + " steps=12"));
+    REQUIRE(tp::run(tp::tiny_run_args(base, name, gns + " steps=" + std::to_string(stop))).code == 0);
+    auto resumed = tp::run(tp::tiny_run_args(base, name, gns + " steps=12"));
     INFO(resumed.output);
     REQUIRE(resumed.code == 0);
     CHECK(tp::field(base + "/" + name + "/metrics.jsonl", "loss") == tp::field(base + "/straight/metrics.jsonl", "loss"));
@@ -410,18 +401,18 @@ TEST_CASE("a checkpoint from before data_order resumes on its (step, index) data
           "[batch][resume]") {
   const std::string base = tp::fresh_dir("batch_old_checkpoint");
   const std::string fixed = "global_batch_size=4 checkpoint_period=1000";
-  REQUIRE(tp::run(run_args(base, "old", fixed + " steps=3")).code == 0);
-  REQUIRE(tp::run(run_args(base, "new", fixed + " steps=3")).code == 0);
+  REQUIRE(tp::run(tp::tiny_run_args(base, "old", fixed + " steps=3")).code == 0);
+  REQUIRE(tp::run(tp::tiny_run_args(base, "new", fixed + " steps=3")).code == 0);
   make_format_2(base + "/old/checkpoints/step-3");
-  auto refused = tp::run(run_args(base, "old", "batch_size_schedule=0:4,3s:8 checkpoint_period=1000 steps=6"));
+  auto refused = tp::run(tp::tiny_run_args(base, "old", "batch_size_schedule=0:4,3s:8 checkpoint_period=1000 steps=6"));
   CHECK(refused.code == 2);
   CHECK_THAT(refused.output, Catch::Contains("error: checkpoint '") && Catch::Contains("step-3' predates batch-size "
                                                                                        "schedules"));
-  auto resumed = tp::run(run_args(base, "old", fixed + " steps=6"));
+  auto resumed = tp::run(tp::tiny_run_args(base, "old", fixed + " steps=6"));
   INFO(resumed.output);
   REQUIRE(resumed.code == 0);
   CHECK_THAT(resumed.output, Catch::Contains("predates data_order"));
-  REQUIRE(tp::run(run_args(base, "new", fixed + " steps=6")).code == 0);
+  REQUIRE(tp::run(tp::tiny_run_args(base, "new", fixed + " steps=6")).code == 0);
   // Same weights at step 3, other examples from step 4 on (step 1's batch is the same in both orders).
   const auto a = tp::field(base + "/old/metrics.jsonl", "loss"), b = tp::field(base + "/new/metrics.jsonl", "loss");
   REQUIRE(a.size() == 6);

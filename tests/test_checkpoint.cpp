@@ -457,16 +457,6 @@ TEST_CASE("a non-finite step leaves parameters and optimizer state untouched", "
 
 namespace {
 
-std::string run_args(const std::string& base, const std::string& name, const std::string& extra) {
-  return "base.yml base_output_directory=" + base + " run_name=" + name + tp::kTiny +
-         " learning_rate_schedule_steps=30 " + extra;
-}
-
-// Waits until metrics.jsonl has at least `n` lines (or 120 s pass).
-void wait_for_lines(const std::string& path, size_t n) {
-  for (int i = 0; i < 24000 && tp::lines(path).size() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-}
-
 int64_t latest_checkpoint(const std::string& run_dir) {
   int64_t best = 0;
   for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) {
@@ -487,12 +477,12 @@ std::vector<std::string> one_to(int64_t n) {
 // A 10-step run and a 5-step run resumed to 10 write identical loss strings at every step.
 void check_bitwise_resume(const std::string& variant, bool check_finished_rerun) {
   const std::string base = tp::fresh_dir("resume_bitwise");
-  auto full = tp::run(run_args(base, "a", variant + " steps=10"));
+  auto full = tp::run(tp::tiny_run_args(base, "a", variant + " steps=10"));
   REQUIRE(full.code == 0);
-  auto first = tp::run(run_args(base, "b", variant + " steps=5"));
+  auto first = tp::run(tp::tiny_run_args(base, "b", variant + " steps=5"));
   REQUIRE(first.code == 0);
   CHECK(latest_checkpoint(base + "/b") == 5);
-  auto resumed = tp::run(run_args(base, "b", variant + " steps=10"));
+  auto resumed = tp::run(tp::tiny_run_args(base, "b", variant + " steps=10"));
   INFO(resumed.output);
   REQUIRE(resumed.code == 0);
   CHECK_THAT(resumed.output, Catch::Contains("resumed from") && Catch::Contains("step-5"));
@@ -504,7 +494,7 @@ void check_bitwise_resume(const std::string& variant, bool check_finished_rerun)
   CHECK(fs::exists(base + "/b/summary.json"));
   if (!check_finished_rerun) return;
   // A finished run: the same command again has nothing to do and changes nothing.
-  auto again = tp::run(run_args(base, "b", variant + " steps=10"));
+  auto again = tp::run(tp::tiny_run_args(base, "b", variant + " steps=10"));
   CHECK(again.code == 0);
   CHECK_THAT(again.output, Catch::Contains("already complete at step 10"));
   CHECK(tp::field(base + "/b/metrics.jsonl", "loss") == a);
@@ -544,11 +534,11 @@ namespace {
 // Resumes the interrupted run base/b with `args`, trains base/a straight with the same args, and checks that b's
 // losses are a's as exact strings and that b's metrics list each of steps 1..`steps` once.
 void resume_and_compare(const std::string& base, const std::string& args, int64_t steps) {
-  auto resumed = tp::run(run_args(base, "b", args));
+  auto resumed = tp::run(tp::tiny_run_args(base, "b", args));
   INFO(resumed.output);
   REQUIRE(resumed.code == 0);
   CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
-  REQUIRE(tp::run(run_args(base, "a", args)).code == 0);
+  REQUIRE(tp::run(tp::tiny_run_args(base, "a", args)).code == 0);
   CHECK(tp::field(base + "/a/metrics.jsonl", "loss") == tp::field(base + "/b/metrics.jsonl", "loss"));
   CHECK(step_column(base + "/b") == one_to(steps));
 }
@@ -558,8 +548,8 @@ void resume_and_compare(const std::string& base, const std::string& args, int64_
 TEST_CASE("SIGTERM finishes the step, checkpoints, exits 143, and the same command resumes bitwise", "[resume][signals]") {
   const std::string base = tp::fresh_dir("resume_sigterm");
   const std::string dir = base + "/b";
-  pid_t pid = tp::spawn(run_args(base, "b", "steps=100000 checkpoint_period=100000"), base + ".log");
-  wait_for_lines(dir + "/metrics.jsonl", 3);
+  pid_t pid = tp::spawn(tp::tiny_run_args(base, "b", "steps=100000 checkpoint_period=100000"), base + ".log");
+  tp::wait_for_lines(dir + "/metrics.jsonl", 3);
   kill(pid, SIGTERM);
   const int code = tp::wait_for(pid);
   const std::string log = tp::read_text(base + ".log");
@@ -579,7 +569,7 @@ TEST_CASE("a signal more than 2 s after the first exits at once with 130, and th
   const std::string dir = base + "/b";
   // K=100 on the tiny model: a step takes a third of a second or more, so the first SIGINT finds one under way.
   const std::string args = "checkpoint_period=1 gradient_accumulation_steps=100";
-  pid_t pid = tp::spawn(run_args(base, "b", args + " steps=100000"), base + ".log");
+  pid_t pid = tp::spawn(tp::tiny_run_args(base, "b", args + " steps=100000"), base + ".log");
   for (int i = 0; i < 24000 && !fs::exists(dir + "/checkpoints/step-1"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   kill(pid, SIGINT);
@@ -607,8 +597,8 @@ TEST_CASE("kill -9 at random points while checkpoints are written never loses th
   std::mt19937 rng(12345);
   for (int round = 0; round < 4; ++round) {
     const size_t have = tp::lines(dir + "/metrics.jsonl").size();
-    pid_t pid = tp::spawn(run_args(base, "b", "steps=100000 checkpoint_period=1"), base + ".log");
-    wait_for_lines(dir + "/metrics.jsonl", have + 2);
+    pid_t pid = tp::spawn(tp::tiny_run_args(base, "b", "steps=100000 checkpoint_period=1"), base + ".log");
+    tp::wait_for_lines(dir + "/metrics.jsonl", have + 2);
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30000));
     kill(pid, SIGKILL);
     CHECK(tp::wait_for(pid) == 128 + SIGKILL);
@@ -621,7 +611,7 @@ TEST_CASE("kill -9 at random points while checkpoints are written never loses th
 TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite in a row exits 3", "[nan]") {
   const std::string base = tp::fresh_dir("nan");
   auto ok = tp::run_command("SHADOWGRAD_TEST_NAN_STEPS=3:2 " + std::string(TRAINER_BIN) + " " +
-                            run_args(base, "ok", "steps=6 max_consecutive_nonfinite=3"));
+                            tp::tiny_run_args(base, "ok", "steps=6 max_consecutive_nonfinite=3"));
   INFO(ok.output);
   REQUIRE(ok.code == 0);
   CHECK(tp::field(base + "/ok/metrics.jsonl", "skipped_steps") ==
@@ -630,7 +620,7 @@ TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite i
   CHECK_THAT(ok.output, Catch::Contains("step 3: non-finite loss"));
 
   auto stop = tp::run_command("SHADOWGRAD_TEST_NAN_STEPS=2:5 " + std::string(TRAINER_BIN) + " " +
-                              run_args(base, "stop", "steps=10 max_consecutive_nonfinite=3"));
+                              tp::tiny_run_args(base, "stop", "steps=10 max_consecutive_nonfinite=3"));
   CHECK(stop.code == 3);
   CHECK_THAT(stop.output, Catch::Contains("error: steps 2..4 all had a non-finite loss or gradient norm "
                                           "(max_consecutive_nonfinite=3)"));
@@ -640,7 +630,7 @@ TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite i
 TEST_CASE("a full disk during a checkpoint write: a clear error, and the earlier checkpoint survives", "[disk][can_skip]") {
   const std::string base = tp::fresh_dir("disk");
   // Size one checkpoint of this model on the normal disk first.
-  REQUIRE(tp::run(run_args(base, "probe", "steps=1")).code == 0);
+  REQUIRE(tp::run(tp::tiny_run_args(base, "probe", "steps=1")).code == 0);
   uintmax_t one = 0;
   for (const auto& e : fs::recursive_directory_iterator(base + "/probe/checkpoints/step-1")) one += e.file_size();
   const std::string mnt = base + "/small";
@@ -653,7 +643,7 @@ TEST_CASE("a full disk during a checkpoint write: a clear error, and the earlier
     std::string dir;
     ~Unmount() { std::system(("umount " + dir).c_str()); }
   } unmount{mnt};
-  auto r = tp::run(run_args(mnt, "b", "steps=3 checkpoint_period=1 max_num_checkpoints_to_keep=1"));
+  auto r = tp::run(tp::tiny_run_args(mnt, "b", "steps=3 checkpoint_period=1 max_num_checkpoints_to_keep=1"));
   fs::create_directories(base + "/copy");
   fs::copy(mnt + "/b", base + "/copy/b", fs::copy_options::recursive);
   INFO(r.output);
@@ -662,7 +652,7 @@ TEST_CASE("a full disk during a checkpoint write: a clear error, and the earlier
                            Catch::Contains("No space left on device") &&
                            Catch::Contains("earlier checkpoints are untouched"));
   // step-1 is intact: the copy resumes from it and finishes.
-  auto resumed = tp::run(run_args(base + "/copy", "b", "steps=3 checkpoint_period=1 max_num_checkpoints_to_keep=1"));
+  auto resumed = tp::run(tp::tiny_run_args(base + "/copy", "b", "steps=3 checkpoint_period=1 max_num_checkpoints_to_keep=1"));
   INFO(resumed.output);
   CHECK(resumed.code == 0);
   CHECK_THAT(resumed.output, Catch::Contains("resumed from") && Catch::Contains("step-1"));

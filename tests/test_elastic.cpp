@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string scratch(const std::string& name) {
+std::string elastic_scratch(const std::string& name) {
   auto dir = fs::temp_directory_path() / ("sg_elastic_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -114,7 +114,7 @@ TEST_CASE("flat optimizer state: AdamW state cut into slices and put together ag
 
 TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N and a rank that never arrives leaves none",
           "[elastic][zero]") {
-  const std::string run_dir = scratch("zero");
+  const std::string run_dir = elastic_scratch("zero");
   std::vector<checkpoint::FlatOptimizerState> slices(2);
   std::vector<int64_t> begins(2);
   const auto c = zero1_config();
@@ -185,7 +185,7 @@ TEST_CASE("ZeRO-1 checkpoints: every rank writes its shard into one step-N and a
 
 TEST_CASE("RunLock: one holder at a time (released with the holder) and acquire_if_present creates nothing",
           "[elastic][lock]") {
-  const std::string dir = scratch("lock");
+  const std::string dir = elastic_scratch("lock");
   CHECK_FALSE(train::RunLock::acquire_if_present(dir).has_value());
   CHECK_FALSE(fs::exists(dir + "/trainer.lock"));
   {
@@ -221,7 +221,7 @@ TEST_CASE("a ZeRO-1 process keeps only the shard files that overlap its slice", 
 TEST_CASE("ZeRO-1: a re-signed damaged shard only rank 1 reads gives every rank the same verdict", "[elastic][zero]") {
   // Rank 0 never reads shard 1 (needed_by), so only rank 1 can find the damage: without a verdict agreed before
   // loading, rank 0 would load step-2 and rank 1 fall back to step-1, or rank 1 exit 2 while rank 0 waited.
-  const std::string run_dir = scratch("verdict");
+  const std::string run_dir = elastic_scratch("verdict");
   const auto c = zero1_config();
   const std::string shard1 = run_dir + "/checkpoints/step-2/" + checkpoint::shard_file_name(1, 2);
   std::vector<int64_t> restored(2, -1);

@@ -10,14 +10,13 @@
 
 #include "train/FusedAdamW.h"
 #include "util/OptimizerStateKey.h"
+#include "RelativeError.h"
 
 using namespace shadowgrad;
 
 namespace {
 
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-30);
-}
+using relative_error::rel_diff;
 
 // Runs `steps` updates of both optimizers from the same start and gradients; returns the worst relative
 // difference over parameters and both moment buffers.

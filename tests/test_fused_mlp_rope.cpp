@@ -13,6 +13,7 @@
 
 #include "model/RopeFunction.h"
 #include "model/SwiGluFunction.h"
+#include "RelativeError.h"
 
 using namespace shadowgrad;
 
@@ -30,11 +31,7 @@ at::Tensor rope_aten(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
   return scale == 1.0 ? y : y.mul_(scale);
 }
 
-// max |a - b| / max |b|
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  auto af = a.to(at::kFloat), bf = b.to(at::kFloat);
-  return (af - bf).abs().max().item<double>() / std::max(bf.abs().max().item<double>(), 1e-30);
-}
+using relative_error::rel_diff;
 
 // Every element of `rounded` (bf16) within half a bf16 spacing of `exact` (fp32), plus `slack` of the largest:
 // one rounding of a value correct to fp32 accuracy.
@@ -48,17 +45,17 @@ bool same_values(const at::Tensor& a, const at::Tensor& b) {
   return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && (a == b).all().item<bool>();
 }
 
-struct Result {
+struct OutAndGrads {
   at::Tensor out;
   std::vector<at::Tensor> grads;  // of each input
 };
 
 // out = f(inputs), then the gradients of sum(out * grad_out).
 template <class F>
-Result run(F f, const std::vector<at::Tensor>& inputs, const at::Tensor& grad_out) {
+OutAndGrads run(F f, const std::vector<at::Tensor>& inputs, const at::Tensor& grad_out) {
   std::vector<at::Tensor> leaves;
   for (const auto& t : inputs) leaves.push_back(t.detach().clone().requires_grad_());
-  Result r;
+  OutAndGrads r;
   r.out = f(leaves);
   torch::autograd::backward({r.out}, {grad_out});
   r.out = r.out.detach();
@@ -66,10 +63,10 @@ Result run(F f, const std::vector<at::Tensor>& inputs, const at::Tensor& grad_ou
   return r;
 }
 
-Result with_threads(int threads, const std::function<Result()>& f) {
+OutAndGrads with_threads(int threads, const std::function<OutAndGrads()>& f) {
   const int before = at::get_num_threads();
   at::set_num_threads(threads);
-  Result r = f();
+  OutAndGrads r = f();
   at::set_num_threads(before);
   return r;
 }
@@ -83,12 +80,12 @@ SwiGluCase swiglu_case(std::vector<int64_t> shape, uint64_t seed) {
   return {at::randn(shape, gen) * 4, at::randn(shape, gen), at::randn(shape, gen)};
 }
 
-Result swiglu_fused(const SwiGluCase& c, c10::ScalarType dtype) {
+OutAndGrads swiglu_fused(const SwiGluCase& c, c10::ScalarType dtype) {
   return run([](const std::vector<at::Tensor>& in) { return model::swiglu(in[0], in[1]); },
              {c.gate.to(dtype), c.up.to(dtype)}, c.grad_out.to(dtype));
 }
 
-Result swiglu_reference(const SwiGluCase& c, c10::ScalarType dtype) {
+OutAndGrads swiglu_reference(const SwiGluCase& c, c10::ScalarType dtype) {
   return run([](const std::vector<at::Tensor>& in) { return swiglu_aten(in[0], in[1]); },
              {c.gate.to(dtype), c.up.to(dtype)}, c.grad_out.to(dtype));
 }
@@ -113,7 +110,7 @@ at::Tensor rope_fused(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 }
 
 template <class F>
-Result rope_run(F f, const RopeCase& c, c10::ScalarType dtype, double scale) {
+OutAndGrads rope_run(F f, const RopeCase& c, c10::ScalarType dtype, double scale) {
   const auto cos = c.cos.to(dtype), sin = c.sin.to(dtype);
   return run([&](const std::vector<at::Tensor>& in) { return f(in[0], cos, sin, scale); }, {c.x.to(dtype)},
              c.grad_out.to(dtype));

@@ -49,7 +49,7 @@ std::string parse_error(const std::string& bytes) {
   return "";
 }
 
-fs::path scratch(const std::string& name) {
+fs::path hub_scratch(const std::string& name) {
   auto dir = fs::temp_directory_path() / ("sg_hub_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -176,7 +176,7 @@ TEST_CASE("safetensors: shape x dtype size cannot wrap for a data section past 2
 }
 
 TEST_CASE("safetensors: a written file reads back bit for bit, also at offsets not aligned to the dtype", "[hub]") {
-  const auto dir = scratch("roundtrip");
+  const auto dir = hub_scratch("roundtrip");
   const std::string path = (dir / "m.safetensors").string();
   auto a = at::randn({3, 5}), b = at::randn({7}).to(at::kBFloat16), h = at::randn({2, 2}).to(at::kHalf);
   hub::write_safetensors(path, {{"b", b}, {"a", a}, {"h", h}}, {{"format", "pt"}});  // b first: a starts at 14 bytes
@@ -192,7 +192,7 @@ TEST_CASE("safetensors: a written file reads back bit for bit, also at offsets n
 }
 
 TEST_CASE("config.json: v4 and v5 forms read the same, and what we cannot train is refused naming field and value", "[hub]") {
-  const auto dir = scratch("config");
+  const auto dir = hub_scratch("config");
   auto read = [&](const json& j) { return read_config(dir, j); };
   json v5 = tiny_llama_json(false);
   // Every llama3 field off its default (factor 1, low 1, high 4, 8192), so that a field read back is the file's.
@@ -265,7 +265,7 @@ TEST_CASE("config.json: v4 and v5 forms read the same, and what we cannot train 
 
 TEST_CASE("config.json: where two fields say one thing, transformers' choice wins", "[hub]") {
   // Each expectation is what transformers 5.24's AutoConfig.from_pretrained reads from the same file.
-  const auto dir = scratch("precedence");
+  const auto dir = hub_scratch("precedence");
   auto read = [&](const json& j) { return read_config(dir, j); };
   json both = tiny_llama_json(false);
   both["dtype"] = "bfloat16";
@@ -305,7 +305,7 @@ TEST_CASE("config.json: where two fields say one thing, transformers' choice win
 }
 
 TEST_CASE("model directory: a missing, unexpected or mis-shaped tensor is refused naming file and tensor", "[hub]") {
-  const auto dir = scratch("weights");
+  const auto dir = hub_scratch("weights");
   write_model_dir(dir, false, [](auto&) {});
   CHECK(load_error(dir).empty());
   write_model_dir(dir, false, [](auto& t) { t.erase(t.begin() + 3); });
@@ -356,26 +356,26 @@ TEST_CASE("model directory: a crafted config.json exits 2 naming it, before anyt
     CHECK(r.max_rss_mib < 2048);
   };
   // A valid tiny model: the control, trained for one step.
-  const auto valid = scratch("crafted_valid");
+  const auto valid = hub_scratch("crafted_valid");
   write_model_dir(valid, false, [](auto&) {});
   const Outcome trained = trainer(valid);
   INFO(trained.output);
   REQUIRE(trained.code == 0);
   // Shapes the weight files cannot hold.
-  const auto vocab = scratch("crafted_vocab");
+  const auto vocab = hub_scratch("crafted_vocab");
   write_model_dir(vocab, false, [](auto&) {});
   json j = tiny_llama_json(false);
   j["vocab_size"] = 1000000000000;
   hub::write_json_file((vocab / "config.json").string(), j);
   expect_refused(vocab, "tensor 'model.embed_tokens.weight' the shape [1000000000000, 32]");
-  const auto layers = scratch("crafted_layers");
+  const auto layers = hub_scratch("crafted_layers");
   write_model_dir(layers, false, [](auto&) {});
   j = tiny_llama_json(false);
   j["num_hidden_layers"] = 1000000000;
   hub::write_json_file((layers / "config.json").string(), j);
   expect_refused(layers, "num_hidden_layers = 1000000000, but the weight files hold 21 tensors");
   // Shapes the weight files do hold, 4 TiB of them (a sparse file: nothing is written), far past any memory here.
-  const auto huge = scratch("crafted_huge");
+  const auto huge = hub_scratch("crafted_huge");
   j = tiny_llama_json(true);
   j["vocab_size"] = int64_t(1) << 35;
   hub::write_json_file((huge / "config.json").string(), j);
@@ -406,7 +406,7 @@ TEST_CASE("model directory: each Hugging Face tensor reaches the parameter that 
   // the norms, the embedding and lm_head must each sit where transformers puts them. gate_proj and up_proj (and k_proj
   // and v_proj) have the same shape, so only their values can tell a swap; q_proj [32, 32] and k_proj [16, 32] differ
   // in shape, which the load checks.
-  const auto dir = scratch("roles");
+  const auto dir = hub_scratch("roles");
   hub::write_json_file((dir / "config.json").string(), tiny_llama_json(false));
   at::manual_seed(3);
   std::map<std::string, at::Tensor> w;
@@ -463,7 +463,7 @@ TEST_CASE("model directory: a sharded export reads back bit for bit", "[hub]") {
   // export_hf's shard size (ExportOptions.shard_bytes) made small, so the tiny model's 21 tensors (about 100 KB in
   // fp32) are spread over several files and model.safetensors.index.json; loading that directory gives each parameter
   // its exact bits back.
-  const auto run = scratch("shard_run"), out = scratch("shard_out");
+  const auto run = hub_scratch("shard_run"), out = hub_scratch("shard_out");
   auto c = untouched_tiny_config();
   model::Decoder m(model::DecoderOptions::from_config(c));
   const int64_t shard = 16 << 10;

@@ -12,6 +12,7 @@
 #include "TinyConfig.h"
 #include "model/Decoder.h"
 #include "util/Errors.h"
+#include "RelativeError.h"
 
 using namespace shadowgrad;
 
@@ -19,9 +20,7 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-30);
-}
+using relative_error::rel_norm_diff;
 
 // GQA (4 query heads over 2 KV heads), emb 32, 2 layers, vocab 64, max_length 16, fp32.
 model::DecoderOptions tiny() {
@@ -68,7 +67,7 @@ Decoded cached_greedy(model::Decoder& m, std::vector<int64_t> prompt) {
   while (true) {
     at::NoGradGuard no_grad;
     auto full = m->forward(row(seq)).select(1, int64_t(seq.size()) - 1);
-    d.worst = std::max(d.worst, rel(logits, full));
+    d.worst = std::max(d.worst, rel_norm_diff(logits, full));
     const int64_t next = logits.argmax(-1).item<int64_t>();
     d.tokens.push_back(next);
     seq.push_back(next);
@@ -154,16 +153,16 @@ TEST_CASE("KV cache: a prefill in chunks and a truncated cache reused give the f
   auto cache = m->new_cache(1, 12);
   m->decode(row({1, 9, 33}), cache);
   // Positions 3..6 at once: causal among themselves, after the 3 cached ones.
-  CHECK(rel(m->decode(row({7, 50, 2, 11}), cache), full[6]) < kTol);
+  CHECK(rel_norm_diff(m->decode(row({7, 50, 2, 11}), cache), full[6]) < kTol);
   CHECK(cache.length == 7);
   // A chat turn that shares the first 5 tokens: keep them, feed the rest.
   cache.truncate(5);
-  CHECK(rel(m->decode(row({2, 11, 63}), cache), full[7]) < kTol);
-  CHECK(rel(m->decode(row({20}), cache), full[8]) < kTol);
+  CHECK(rel_norm_diff(m->decode(row({2, 11, 63}), cache), full[7]) < kTol);
+  CHECK(rel_norm_diff(m->decode(row({20}), cache), full[8]) < kTol);
 
   SECTION("control: a cache that lost the first position misses") {
     auto short_cache = m->new_cache(1, 12);
-    const auto missed = rel(m->decode(row({9, 33, 7, 50, 2, 11, 63, 20}), short_cache), full[8]);
+    const auto missed = rel_norm_diff(m->decode(row({9, 33, 7, 50, 2, 11, 63, 20}), short_cache), full[8]);
     INFO("relative miss " << missed);
     CHECK(missed > 1e-3);
   }
@@ -179,7 +178,7 @@ TEST_CASE("KV cache: a batch of two sequences decodes each as alone", "[kv_cache
     auto alone = m->new_cache(1, 8);
     m->decode(prompts.slice(0, r, r + 1), alone);
     auto want = m->decode(row({r == 0 ? 8 : 43}), alone);
-    CHECK(rel(logits[r], want[0]) < kTol);
+    CHECK(rel_norm_diff(logits[r], want[0]) < kTol);
   }
 }
 

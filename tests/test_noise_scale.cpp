@@ -331,19 +331,10 @@ TEST_CASE("a checkpoint carries the EMAs bit for bit, and one without them loads
   CHECK(older.state.gns_updates == 0);
 }
 
-namespace {
-
-std::string run_args(const std::string& base, const std::string& name, const std::string& extra) {
-  return "base.yml base_output_directory=" + base + " run_name=" + name + tp::kTiny +
-         " learning_rate_schedule_steps=30 " + extra;
-}
-
-} // namespace
-
 TEST_CASE("the trainer logs gns_tokens with K=4, nothing with K=1, and resumes its EMA bitwise", "[gns][trainer]") {
   const std::string base = tp::fresh_dir("gns_trainer");
   const std::string k4 = "gradient_accumulation_steps=4";  // fp32: tiny.yml
-  auto full = tp::run(run_args(base, "a", k4 + " steps=8"));
+  auto full = tp::run(tp::tiny_run_args(base, "a", k4 + " steps=8"));
   INFO(full.output);
   REQUIRE(full.code == 0);
   CHECK_THAT(full.output, Catch::Contains("| gns "));
@@ -353,13 +344,13 @@ TEST_CASE("the trainer logs gns_tokens with K=4, nothing with K=1, and resumes i
     for (const auto& x : tp::field(base + "/a/metrics.jsonl", v)) CHECK(x != "<missing>");
   CHECK_THAT(tp::read_text(base + "/a/summary.json"), Catch::Contains("\"gns_tokens\": " + gns.back()));
 
-  REQUIRE(tp::run(run_args(base, "b", k4 + " steps=4")).code == 0);
-  auto resumed = tp::run(run_args(base, "b", k4 + " steps=8"));
+  REQUIRE(tp::run(tp::tiny_run_args(base, "b", k4 + " steps=4")).code == 0);
+  auto resumed = tp::run(tp::tiny_run_args(base, "b", k4 + " steps=8"));
   REQUIRE(resumed.code == 0);
   CHECK_THAT(resumed.output, Catch::Contains("resumed from"));
   CHECK(tp::field(base + "/b/metrics.jsonl", "gns_tokens") == gns);
 
-  auto k1 = tp::run(run_args(base, "c", "gradient_accumulation_steps=1 steps=3"));
+  auto k1 = tp::run(tp::tiny_run_args(base, "c", "gradient_accumulation_steps=1 steps=3"));
   REQUIRE(k1.code == 0);
   CHECK_THAT(k1.output, Catch::Contains("no small batch"));
   CHECK(k1.output.find("no small batch") == k1.output.rfind("no small batch"));  // said once

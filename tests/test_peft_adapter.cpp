@@ -38,7 +38,7 @@ using Tensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
+fs::path peft_scratch(const std::string& name) {
   auto dir = fs::temp_directory_path() / ("sg_peft_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -147,7 +147,7 @@ json header_of(const fs::path& path) {
 } // namespace
 
 TEST_CASE("adapter_config.json: what changes the adapter's math is refused naming the field", "[peft]") {
-  const auto dir = scratch("config");
+  const auto dir = peft_scratch("config");
   auto read = [&](const json& j) {
     util::write_file_atomically((dir / "adapter_config.json").string(), j.dump());
     return error_of([&] { hub::read_adapter_config(dir.string()); });
@@ -236,7 +236,7 @@ TEST_CASE("adapter_config.json: what changes the adapter's math is refused namin
 }
 
 TEST_CASE("adapter_config.json sets the LoRA keys, and a given key with another value names both", "[peft]") {
-  const auto dir = scratch("keys");
+  const auto dir = peft_scratch("keys");
   auto j = peft_config();
   j["use_rslora"] = true;
   util::write_file_atomically((dir / "adapter_config.json").string(), j.dump());
@@ -275,7 +275,7 @@ TEST_CASE("adapter_config.json sets the LoRA keys, and a given key with another 
 }
 
 TEST_CASE("adapter tensors: missing, unexpected, twice or misshapen is refused naming tensor and file", "[peft]") {
-  const auto dir = scratch("tensors");
+  const auto dir = peft_scratch("tensors");
   const auto c = lora_config(4, 8, "q_proj,v_proj,down_proj");
   HandModel source(c, 1), target(c, 2);
   const Tensors good = adapter_tensors(c, source);
@@ -340,7 +340,7 @@ TEST_CASE("adapter tensors: missing, unexpected, twice or misshapen is refused n
 }
 
 TEST_CASE("export_adapter: peft's names and fields, read back bit for bit", "[peft]") {
-  const auto run = scratch("run"), out = scratch("out");
+  const auto run = peft_scratch("run"), out = peft_scratch("out");
   auto c = lora_config(4, 16, "all-linear", true);
   c.lora_dropout = 0.05;
   HandModel trained(c, 5);
@@ -402,7 +402,7 @@ TEST_CASE("export_adapter: peft's names and fields, read back bit for bit", "[pe
 }
 
 TEST_CASE("merged export: W + s B A in fp32, rounded once to the export dtype", "[peft]") {
-  const auto run = scratch("merge_run"), out = scratch("merge_out");
+  const auto run = peft_scratch("merge_run"), out = peft_scratch("merge_out");
   for (const bool rslora : {false, true}) {
     const auto c = lora_config(4, 8, "q_proj,down_proj", rslora);
     const double s = rslora ? 8 / std::sqrt(4.0) : 8 / 4.0;
@@ -447,7 +447,7 @@ TEST_CASE("merged export: W + s B A in fp32, rounded once to the export dtype", 
 }
 
 TEST_CASE("base record: a base that changed under a LoRA run is named, and the same base passes", "[peft]") {
-  const auto base = scratch("base"), run = scratch("base_run");
+  const auto base = peft_scratch("base"), run = peft_scratch("base_run");
   const std::string file = (base / "model.safetensors").string();
   // 3 MiB of data: the first and last MiB are sampled, the middle is not.
   auto weights = [](float first, const std::string& name) {
@@ -510,7 +510,7 @@ TEST_CASE("peft adapter: peft's own files through the reader and both exports fo
       buffers[ours].copy_(base.view(*base.find(hf)));
   }
   hub::load_adapter_weights(c.lora_restore_path, c, m);
-  const auto run = scratch("interop_run");
+  const auto run = peft_scratch("interop_run");
   hub::export_adapter(c, m, run.string(), (dir / "adapter_out").string());
   hub::ExportOptions options;
   options.dtype = "float32";

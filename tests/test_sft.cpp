@@ -72,7 +72,7 @@ std::unique_ptr<data::SftSource> sft_source(const config::Config& c) {
                                            data::DataOptions::from_config(c), "dataset_path");
 }
 
-std::string error_of(const std::string& path) {
+std::string load_error_of(const std::string& path) {
   try {
     data::SftFile::open(path, "dataset_path");
   } catch (const DataError& e) {
@@ -120,7 +120,7 @@ TEST_CASE("an SFT file round-trips, and every corrupt form is refused naming the
     CHECK(std::equal(e.targets[i].begin(), e.targets[i].end(), f.targets(i)));
   }
   const std::string good = bytes_of(path);
-  auto corrupt = [&](const std::string& name, std::string bytes) { return error_of(write_bytes(name, bytes)); };
+  auto corrupt = [&](const std::string& name, std::string bytes) { return load_error_of(write_bytes(name, bytes)); };
   CHECK_THAT(corrupt("short", good.substr(0, 40)), Catch::Contains("is truncated") && Catch::Contains("short"));
   CHECK_THAT(corrupt("cut", good.substr(0, good.size() - 3)), Catch::Contains("is truncated"));
   CHECK_THAT(corrupt("long", good + "x"), Catch::Contains("trailing bytes"));
@@ -150,7 +150,7 @@ TEST_CASE("an SFT file round-trips, and every corrupt form is refused naming the
   std::string count = good;
   count[32] = char(count[32] + 1);
   CHECK_THAT(corrupt("count", count), Catch::Contains("the header says"));
-  CHECK_THAT(error_of("/nonexistent/x.sft"), Catch::Contains("/nonexistent/x.sft"));
+  CHECK_THAT(load_error_of("/nonexistent/x.sft"), Catch::Contains("/nonexistent/x.sft"));
 }
 
 TEST_CASE("SFT offsets near 2^64 are refused, not wrapped", "[sft][data]") {
@@ -167,11 +167,11 @@ TEST_CASE("SFT offsets near 2^64 are refused, not wrapped", "[sft][data]") {
   const uint64_t max = ~uint64_t(0), half = uint64_t(1) << 63;
   // offsets[0] + 2 wrapped to 1: [0, 2^64-1, T] passed, and then flags[2^64-1] was read.
   const auto wrapped = with_offsets(2, [&](uint64_t T) { return std::vector<uint64_t>{0, max, T}; });
-  CHECK_THAT(error_of(write_bytes("wrap_max.sft", wrapped)),
+  CHECK_THAT(load_error_of(write_bytes("wrap_max.sft", wrapped)),
              Catch::Contains("wrap_max.sft") && Catch::Contains("example 0 has offsets [0, 18446744073709551615)"));
   // No wrap, but an offset past num_tokens whose example's first flag was read before a later offset failed.
   const auto past = with_offsets(3, [&](uint64_t T) { return std::vector<uint64_t>{0, half, half + 2, T}; });
-  CHECK_THAT(error_of(write_bytes("wrap_half.sft", past)),
+  CHECK_THAT(load_error_of(write_bytes("wrap_half.sft", past)),
              Catch::Contains("example 0 has offsets [0, 9223372036854775808)"));
 }
 

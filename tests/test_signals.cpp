@@ -25,11 +25,6 @@ std::string args_for(const std::string& base, const std::string& extra) {
   return "base.yml base_output_directory=" + base + " run_name=r" + tp::kTiny + " " + extra;
 }
 
-// Waits until metrics.jsonl has at least `n` lines (or 120 s pass).
-void wait_for_lines(const std::string& path, size_t n) {
-  for (int i = 0; i < 24000 && tp::lines(path).size() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-}
-
 // True once `pid` runs the trainer binary and catches SIGINT (bit 2 of SigCgt in /proc/PID/status): the first
 // thing its main does. Model building, data and the run directory all come later, so this is start-up.
 bool catches_sigint(pid_t pid) {
@@ -67,7 +62,7 @@ TEST_CASE("a burst of SIGINT and SIGTERM is one stop: the step finishes, a check
   const int first = sigint_first ? SIGINT : SIGTERM, second = sigint_first ? SIGTERM : SIGINT;
   const std::string base = tp::fresh_dir(sigint_first ? "burst_int" : "burst_term");
   const pid_t pid = tp::spawn(args_for(base, "steps=100000 checkpoint_period=100000"), base + ".log");
-  wait_for_lines(base + "/r/metrics.jsonl", 2);
+  tp::wait_for_lines(base + "/r/metrics.jsonl", 2);
   ::kill(pid, first);
   // Once the first is recorded (pending together, the kernel would deliver SIGINT first whatever the order sent),
   // the second, milliseconds later: as a terminal's Ctrl-C and then launch.sh's or torchrun's SIGTERM.

@@ -11,15 +11,13 @@
 #include "model/Decoder.h"
 #include "train/TokenLoss.h"
 #include "train/TrainStep.h"
+#include "RelativeError.h"
 
 using namespace shadowgrad;
 
 namespace {
 
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>() /
-         std::max(b.to(at::kFloat).abs().max().item<double>(), 1e-30);
-}
+using relative_error::rel_diff;
 
 struct LossAndGrads {
   at::Tensor loss, grad_hidden, grad_weight;

@@ -21,7 +21,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kIndex = "model.safetensors.index.json";
 constexpr uint64_t kSampleBytes = uint64_t(1) << 20;  // of the data section, at each end
 
 std::string hex(uint64_t h) { return fmt::format("{:016x}", h); }
@@ -91,7 +90,7 @@ void write_base_record(const std::string& model_dir, const std::string& run_dir)
     w["header_fnv1a64"] = f.header;
     w["sample_fnv1a64"] = f.sample;
   }
-  const fs::path index = fs::path(model_dir) / kIndex;
+  const fs::path index = fs::path(model_dir) / kSafeTensorsIndex;
   if (fs::exists(index)) {
     const std::string text = util::read_whole_file(index.string());
     source["index_fnv1a64"] = hex(util::fnv1a64(text.data(), text.size()));
@@ -106,7 +105,7 @@ bool verify_base_record(const std::string& model_dir, const std::string& run_dir
   const json source = read_source(run_dir);
   if (!source.contains("index_fnv1a64")) return false;  // sizes only: written before the record existed
   const std::string was = source.value("load_parameters_path", std::string());
-  const fs::path index = fs::path(model_dir) / kIndex;
+  const fs::path index = fs::path(model_dir) / kSafeTensorsIndex;
   const json& recorded_index = source["index_fnv1a64"];
   if (recorded_index.is_null() != !fs::exists(index))
     throw ModelFileError(fmt::format("{}: {} since the run began (built on {}){}", index.string(),

@@ -14,7 +14,7 @@ namespace shadowgrad::hub {
 namespace {
 
 template <class T>
-void set(config::Config& cfg, const char* key, T& field, T value, const char* hf_field, const std::string& dir) {
+void adopt(config::Config& cfg, const char* key, T& field, T value, const char* hf_field, const std::string& dir) {
   if (cfg.given_keys.count(key) && field != value)
     throw ConfigError(fmt::format("{}={} was given, but load_parameters_path={} has {}={} in config.json; drop {} "
                                   "(the model's shape comes from its config.json)",
@@ -25,29 +25,29 @@ void set(config::Config& cfg, const char* key, T& field, T value, const char* hf
 } // namespace
 
 void apply_hf_config(const HfConfig& hf, config::Config& cfg, const std::string& dir) {
-  set<int64_t>(cfg, "vocab_size", cfg.vocab_size, hf.vocab_size, "vocab_size", dir);
-  set<int64_t>(cfg, "base_emb_dim", cfg.base_emb_dim, hf.hidden_size, "hidden_size", dir);
-  set<int64_t>(cfg, "base_num_query_heads", cfg.base_num_query_heads, hf.num_attention_heads, "num_attention_heads", dir);
-  set<int64_t>(cfg, "base_num_kv_heads", cfg.base_num_kv_heads, hf.num_key_value_heads, "num_key_value_heads", dir);
-  set<int64_t>(cfg, "head_dim", cfg.head_dim, hf.head_dim, "head_dim", dir);
-  set<int64_t>(cfg, "base_mlp_dim", cfg.base_mlp_dim, hf.intermediate_size, "intermediate_size", dir);
-  set<int64_t>(cfg, "base_num_decoder_layers", cfg.base_num_decoder_layers, hf.num_hidden_layers, "num_hidden_layers", dir);
-  set<double>(cfg, "normalization_layer_epsilon", cfg.normalization_layer_epsilon, hf.rms_norm_eps, "rms_norm_eps", dir);
-  set<double>(cfg, "rope_max_timescale", cfg.rope_max_timescale, hf.rope_theta, "rope_theta", dir);
+  adopt<int64_t>(cfg, "vocab_size", cfg.vocab_size, hf.vocab_size, "vocab_size", dir);
+  adopt<int64_t>(cfg, "base_emb_dim", cfg.base_emb_dim, hf.hidden_size, "hidden_size", dir);
+  adopt<int64_t>(cfg, "base_num_query_heads", cfg.base_num_query_heads, hf.num_attention_heads, "num_attention_heads", dir);
+  adopt<int64_t>(cfg, "base_num_kv_heads", cfg.base_num_kv_heads, hf.num_key_value_heads, "num_key_value_heads", dir);
+  adopt<int64_t>(cfg, "head_dim", cfg.head_dim, hf.head_dim, "head_dim", dir);
+  adopt<int64_t>(cfg, "base_mlp_dim", cfg.base_mlp_dim, hf.intermediate_size, "intermediate_size", dir);
+  adopt<int64_t>(cfg, "base_num_decoder_layers", cfg.base_num_decoder_layers, hf.num_hidden_layers, "num_hidden_layers", dir);
+  adopt<double>(cfg, "normalization_layer_epsilon", cfg.normalization_layer_epsilon, hf.rms_norm_eps, "rms_norm_eps", dir);
+  adopt<double>(cfg, "rope_max_timescale", cfg.rope_max_timescale, hf.rope_theta, "rope_theta", dir);
   if (cfg.given_keys.count("rope_type") && cfg.rope_type != hf.rope_scaling.type)
     throw ConfigError(fmt::format("rope_type={} was given, but load_parameters_path={} has rope_type {}", 
                                   config::to_string(cfg.rope_type), dir, hf_rope_type(hf.rope_scaling.type)));
   cfg.rope_type = hf.rope_scaling.type;
   if (hf.rope_scaling.type != config::RopeType::none) {
-    set<double>(cfg, "rope_factor", cfg.rope_factor, hf.rope_scaling.factor, "factor", dir);
-    set<double>(cfg, "rope_low_freq_factor", cfg.rope_low_freq_factor, hf.rope_scaling.low_freq_factor, "low_freq_factor", dir);
-    set<double>(cfg, "rope_high_freq_factor", cfg.rope_high_freq_factor, hf.rope_scaling.high_freq_factor, "high_freq_factor", dir);
-    set<int64_t>(cfg, "rope_original_max_position", cfg.rope_original_max_position,
+    adopt<double>(cfg, "rope_factor", cfg.rope_factor, hf.rope_scaling.factor, "factor", dir);
+    adopt<double>(cfg, "rope_low_freq_factor", cfg.rope_low_freq_factor, hf.rope_scaling.low_freq_factor, "low_freq_factor", dir);
+    adopt<double>(cfg, "rope_high_freq_factor", cfg.rope_high_freq_factor, hf.rope_scaling.high_freq_factor, "high_freq_factor", dir);
+    adopt<int64_t>(cfg, "rope_original_max_position", cfg.rope_original_max_position,
                  hf.rope_scaling.original_max_position, "original_max_position_embeddings", dir);
   }
-  set<bool>(cfg, "logits_via_embedding", cfg.logits_via_embedding, hf.tie_word_embeddings, "tie_word_embeddings", dir);
-  set<bool>(cfg, "attention_bias", cfg.attention_bias, hf.family->qkv_bias, "architectures", dir);
-  set<bool>(cfg, "use_qk_norm", cfg.use_qk_norm, hf.family->qk_norm, "architectures", dir);
+  adopt<bool>(cfg, "logits_via_embedding", cfg.logits_via_embedding, hf.tie_word_embeddings, "tie_word_embeddings", dir);
+  adopt<bool>(cfg, "attention_bias", cfg.attention_bias, hf.family->qkv_bias, "architectures", dir);
+  adopt<bool>(cfg, "use_qk_norm", cfg.use_qk_norm, hf.family->qk_norm, "architectures", dir);
   if (hf.sliding_window && *hf.sliding_window < cfg.max_target_length)
     throw ConfigError(fmt::format("{}/config.json: sliding_window = {} is shorter than max_target_length={}: the "
                                   "trainer attends to the whole sequence, so the model would not be the one trained; "

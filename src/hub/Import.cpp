@@ -23,15 +23,13 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kIndex = "model.safetensors.index.json";
-
 // The weight files of a model directory: the index's shards, or model.safetensors.
 std::vector<std::string> weight_files(const std::string& dir) {
-  const fs::path index = fs::path(dir) / kIndex;
+  const fs::path index = fs::path(dir) / kSafeTensorsIndex;
   if (!fs::exists(index)) {
     if (!fs::exists(fs::path(dir) / "model.safetensors"))
       throw ModelFileError(fmt::format("{}: neither model.safetensors nor {} (only safetensors weights are read)", dir,
-                                       kIndex));
+                                       kSafeTensorsIndex));
     return {(fs::path(dir) / "model.safetensors").string()};
   }
   std::ifstream in(index);

@@ -17,6 +17,9 @@ class Module;
 
 namespace shadowgrad::hub {
 
+// A sharded model's map from tensor name to weight file; an unsharded one has model.safetensors alone.
+inline constexpr const char* kSafeTensorsIndex = "model.safetensors.index.json";
+
 // Where a run keeps what it brought from its model directory, for export_hf.
 std::string carried_dir(const std::string& run_dir);  // run_dir + "/hf"
 

@@ -134,7 +134,7 @@ std::array<AdapterConfig::Target, model::kProjections> read_targets(const json& 
 }
 
 template <class T>
-void set(config::Config& cfg, const char* key, T& field, T value, const char* adapter_field, const std::string& dir) {
+void adopt_field(config::Config& cfg, const char* key, T& field, T value, const char* adapter_field, const std::string& dir) {
   if (cfg.given_keys.count(key) && field != value)
     throw ConfigError(fmt::format("{}={} was given, but lora_restore_path={} has {}={} in {}; drop {} (the "
                                   "adapter's shape comes from its {})",
@@ -236,9 +236,9 @@ std::string AdapterConfig::target_modules(int64_t layers) const {
 }
 
 void apply_adapter_config(const AdapterConfig& a, config::Config& cfg, const std::string& dir) {
-  set<int64_t>(cfg, "lora_rank", cfg.lora_rank, a.r, "r", dir);
-  set<double>(cfg, "lora_alpha", cfg.lora_alpha, a.lora_alpha, "lora_alpha", dir);
-  set<bool>(cfg, "lora_use_rslora", cfg.lora_use_rslora, a.use_rslora, "use_rslora", dir);
+  adopt_field<int64_t>(cfg, "lora_rank", cfg.lora_rank, a.r, "r", dir);
+  adopt_field<double>(cfg, "lora_alpha", cfg.lora_alpha, a.lora_alpha, "lora_alpha", dir);
+  adopt_field<bool>(cfg, "lora_use_rslora", cfg.lora_use_rslora, a.use_rslora, "use_rslora", dir);
   const std::string targets = a.target_modules(cfg.base_num_decoder_layers);
   if (cfg.given_keys.count("lora_target_modules") &&
       model::parse_lora_targets(cfg.lora_target_modules) != model::parse_lora_targets(targets))

@@ -16,7 +16,7 @@ int64_t bytes_of(const at::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
 
-std::string mib(int64_t bytes) { return bytes < 0 ? "n/a" : fmt::format("{:.1f}", bytes / 1048576.0); }
+std::string mib_or_na(int64_t bytes) { return bytes < 0 ? "n/a" : fmt::format("{:.1f}", bytes / 1048576.0); }
 
 } // namespace
 
@@ -84,7 +84,7 @@ std::string format_table(const MemoryReport& r) {
   };
   std::string out = fmt::format("memory ({} parameters, {} step(s), {})\n", r.param_count, r.steps, r.source);
   out += fmt::format("  {:<27} {:>10} {:>14}\n", "", "MiB", "bytes");
-  for (const auto& [name, bytes] : rows) out += fmt::format("  {:<27} {:>10} {:>14}\n", name, mib(bytes), bytes);
+  for (const auto& [name, bytes] : rows) out += fmt::format("  {:<27} {:>10} {:>14}\n", name, mib_or_na(bytes), bytes);
   return out;
 }
 
