@@ -247,8 +247,8 @@ def main():
         raise BadInput("the prompt is empty")
 
     tok_dir = tokenizer_dir(args)
-    from transformers import AutoTokenizer  # after the cheap checks: it takes ~2 s to import
-    tok = AutoTokenizer.from_pretrained(tok_dir)
+    from hf_tokenizer import load_tokenizer  # after the cheap checks: transformers takes ~1 s to import
+    tok = load_tokenizer(tok_dir)
     options = {"max_new": args.max_new, "stop": stop_ids(tok, tok_dir, args.source), "temperature": args.temperature,
                "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed}
     model = Model(args)

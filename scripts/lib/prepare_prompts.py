@@ -41,8 +41,8 @@ def main():
     p.add_argument("--tokenizer", required=True, help="a Hugging Face model directory with tokenizer.json")
     p.add_argument("--limit", type=int, default=0)
     args = p.parse_args()
-    from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    from hf_tokenizer import load_tokenizer
+    tok = load_tokenizer(args.tokenizer)
     stops = stop_ids(tok, args.tokenizer, args.tokenizer)
     lines = []
     with open(args.input) as f:

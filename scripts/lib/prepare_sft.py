@@ -48,8 +48,8 @@ class Tokenizer:
         self.sp = None
         sp_file = path if os.path.isfile(path) else os.path.join(path, "tokenizer.model")
         if os.path.isdir(path) and os.path.exists(os.path.join(path, "tokenizer.json")):
-            from transformers import AutoTokenizer  # the venv's; reads tokenizer.json and the chat template
-            self.hf = AutoTokenizer.from_pretrained(path)
+            from hf_tokenizer import load_tokenizer  # the venv's transformers; tokenizer.json and the chat template
+            self.hf = load_tokenizer(path)
             self.eos = self.hf.eos_token_id
             self.prefix = self._special_prefix()
         elif os.path.exists(sp_file):

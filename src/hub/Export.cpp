@@ -89,7 +89,7 @@ void export_model_dir(const config::Config& cfg, torch::nn::Module& model, const
       write_safetensors((fs::path(out_dir) / file).string(), shards[s], metadata);
       for (const auto& t : shards[s]) weight_map[t.first] = file;
     }
-    write_json_file((fs::path(out_dir) / "model.safetensors.index.json").string(),
+    write_json_file((fs::path(out_dir) / kSafeTensorsIndex).string(),
                     {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
   }
   write_json_file((fs::path(out_dir) / "config.json").string(), to_json(hf));
