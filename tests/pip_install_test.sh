@@ -15,7 +15,8 @@ python3 -m venv "$work/venv"
 py=$work/venv/bin/python
 own_site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
 "$torch_python" -c 'import site; print(site.getsitepackages()[0])' > "$own_site/torch_env.pth"
-"$py" -c 'import torch' || { echo "FAIL: torch not visible in the fresh venv"; exit 1; }
+"$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)' ||
+  { echo "FAIL: torch not visible in the fresh venv"; exit 1; }
 # --no-build-isolation builds with this environment's own tools: a venv's setuptools may predate pyproject.toml's
 # requirement (bdist_wheel in setuptools itself), as a user's may.
 "$py" -m pip install -q --disable-pip-version-check --upgrade 'setuptools>=70.1' 2> >(grep -v '^WARNING: Location' >&2)
@@ -23,8 +24,16 @@ own_site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
 mkdir -p "$work/checkout" && (cd "$src" && git ls-files --cached --others --exclude-standard -z | xargs -0 cp --parents -t "$work/checkout")
 "$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$work/checkout" 2> >(grep -v '^WARNING: Location' >&2)
 cd "$work"
+# The installed package, in one interpreter (each start imports torch: 2 s of CPU): imported from site-packages, with
+# one OpenMP runtime in the process, torch's own libgomp. Prints the module's path last.
+so=$("$py" -c 'import sys, shadowgrad, shadowgrad._C as c
+assert "/site-packages/" in shadowgrad.__file__, shadowgrad.__file__
+print("installed:", shadowgrad.__file__, shadowgrad.__version__, file=sys.stderr)
+maps = {l.split()[-1] for l in open("/proc/self/maps") if "libgomp" in l}
+assert len(maps) == 1 and "/torch/lib/" in next(iter(maps)), maps
+print("OpenMP runtime:", *maps, file=sys.stderr)
+print(c.__file__)') || { echo "FAIL: the installed package"; exit 1; }
 # A module a compiler made for this package has no RUNPATH; a build tree's (into the build's venv) must not ride along.
-so=$("$py" -c 'import shadowgrad._C as c; print(c.__file__)')
 if readelf -d "$so" | grep -E 'RPATH|RUNPATH'; then echo "FAIL: the installed $so keeps a search path"; exit 1; fi
 if [ -n "${SHADOWGRAD_PREBUILT_DIR:-}" ]; then
   # Control: a build that compiled one more source than setup.py knows of is refused, naming it.
@@ -39,10 +48,4 @@ if [ -n "${SHADOWGRAD_PREBUILT_DIR:-}" ]; then
     { cat "$work/control.log"; echo "FAIL: control: the refusal does not name the extra source"; exit 1; }
   echo "control: a build from another list of sources refused"
 fi
-"$py" -c 'import shadowgrad, sys; assert "/site-packages/" in shadowgrad.__file__, shadowgrad.__file__; print("installed:", shadowgrad.__file__, shadowgrad.__version__)'
-# libgomp: one OpenMP runtime in the process, torch's own.
-"$py" -c 'import shadowgrad
-maps = {l.split()[-1] for l in open("/proc/self/maps") if "libgomp" in l}
-assert len(maps) == 1 and "/torch/lib/" in next(iter(maps)), maps
-print("OpenMP runtime:", *maps)'
 env -u PYTHONPATH "$py" -m unittest discover -s "$src/python/tests" -t "$src/python/tests"
