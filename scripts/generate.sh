@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Intent: see what a model says: text in, text out, through the model's own tokenizer and chat template, from a run
 # directory, a Hugging Face model directory or a base plus a peft adapter (docs/generate.md).
-# Cost: ~3 s to start (transformers' tokenizer import, the model load); then build/generate's speed.
+# Cost: ~1 s for the tokenizer (transformers without torch: scripts/lib/hf_tokenizer.py), then the model load and
+# build/generate's speed.
 #
 # Usage: scripts/generate.sh SOURCE (--prompt TEXT [--template] | --prompts FILE.jsonl [--out OUT.jsonl] | --chat)
 #          [--step N] [--adapter DIR] [--tokenizer DIR] [--max-new N] [--temperature T] [--top-k K] [--top-p P]

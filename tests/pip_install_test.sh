@@ -6,8 +6,8 @@
 # compiled instead of compiling the same sources again (setup.py); a control then points it at a build whose list of
 # sources differs from setup.py's, which must be refused. Without it, pip compiles the module as a user's does.
 # Usage: [SHADOWGRAD_PREBUILT_DIR=BUILD_DIR] tests/pip_install_test.sh SOURCE_DIR WORK_DIR PYTHON_WITH_TORCH
-# Cost: 32 s alone on a quiet 2-core machine with SHADOWGRAD_PREBUILT_DIR (108 s at load 4, mostly python/tests);
-# compiling the module instead: 229 s at load 4 (docs/setup.md).
+# Cost: 32 s (34 s of CPU) alone on a quiet 2-core machine with SHADOWGRAD_PREBUILT_DIR, 134 s in a fresh clone's
+# ctest at -j4 (2026-12-06); compiling the module instead adds about 220 s of CPU (docs/setup.md).
 set -euo pipefail
 src=$1 work=$2 torch_python=$3
 rm -rf "$work" && mkdir -p "$work"
