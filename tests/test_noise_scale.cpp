@@ -356,5 +356,13 @@ TEST_CASE("the trainer logs gns_tokens with K=4, nothing with K=1, and resumes i
   CHECK(k1.output.find("no small batch") == k1.output.rfind("no small batch"));  // said once
   CHECK(tp::field(base + "/c/metrics.jsonl", "gns_tokens") == std::vector<std::string>(3, "<missing>"));
   CHECK(tp::read_text(base + "/c/summary.json").find("gns_tokens") == std::string::npos);
+
+  // A tied embedding gets two gradients per backward: said once at the start, no guess about unreached parameters.
+  auto tied = tp::run(tp::tiny_run_args(base, "d", k4 + " steps=3 logits_via_embedding=true"));
+  INFO(tied.output);
+  REQUIRE(tied.code == 0);
+  CHECK_THAT(tied.output, Catch::Contains("not measured for a model whose output projection is its embedding"));
+  CHECK_THAT(tied.output, !Catch::Contains("backward passes were measured"));
+  CHECK(tp::field(base + "/d/metrics.jsonl", "gns_tokens") == std::vector<std::string>(3, "<missing>"));
   std::filesystem::remove_all(base);
 }

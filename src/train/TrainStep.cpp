@@ -47,11 +47,18 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
   // The gradient noise scale needs a small batch besides the global one: two microbatches over all processes (at
   // the run's largest batch; a step with one microbatch in all logs no estimate).
   const bool small_batches = std::max(micro_steps_, o.max_accumulation_steps) * (dp_ ? dp_->world_size() : 1) >= 2;
-  if (o.noise_scale && small_batches) noise_ = std::make_unique<NoiseScale>(o.noise_ema_decay);
+  // A tied embedding receives two gradients per backward (the gather and the output matmul); a microbatch's norm
+  // needs their sum, and the folds see them one at a time, so the cross term between them is not measured.
+  const bool tied = model_->options().tied_output;
+  if (o.noise_scale && small_batches && !tied) noise_ = std::make_unique<NoiseScale>(o.noise_ema_decay);
   if (o.noise_scale && !small_batches)
     spdlog::info("gradient_noise_scale: one microbatch per step on one process has no small batch to compare with "
                  "the global batch, so no noise scale is logged (it needs gradient_accumulation_steps >= 2 or "
                  "several processes)");
+  else if (o.noise_scale && tied)
+    spdlog::info("gradient_noise_scale: not measured for a model whose output projection is its embedding "
+                 "(logits_via_embedding=true, tie_word_embeddings): that weight gets two gradients per backward and "
+                 "a microbatch's norm needs their sum (docs/huggingface.md, 'The tie'); no noise scale is logged");
   accumulator_->set_measure_sq_norms(noise_ != nullptr);
   // Each process rounds its own microbatches: its rank is part of the seed, so their bits differ.
   accumulator_->set_rounding(o.rounding == config::GradRounding::stochastic ? accumulate::Rounding::kStochastic
