@@ -2,6 +2,7 @@
 // (src/generate). Training never comes here; its attention is DecoderImpl::attention in Decoder.cpp.
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
