@@ -10,6 +10,8 @@
 //   - OMP_WAIT_POLICY=passive, with dtype=float32 only: there OpenBLAS does the matmuls and spinning OpenMP
 //     threads take its cores; in bf16, oneDNN's matmuls run on OpenMP and waking sleeping threads costs more.
 // Measured in docs/performance.md ("thread pools").
+// tests/ThreadEnvironment.cmake gives ctest's tests the same values up front (so their trainers start once): a
+// change here belongs there too.
 #include <cstdlib>
 
 #include <unistd.h>
