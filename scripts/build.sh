@@ -4,5 +4,4 @@
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"
-install_missing_packages
-build_shadowgrad "$@"
+install_and_build "$@"

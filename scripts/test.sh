@@ -7,8 +7,7 @@
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"
-install_missing_packages
-build_shadowgrad
+install_and_build
 cd "$SHADOWGRAD_ROOT/build"
 # Twice as many tests as cores: many of them mostly wait (process start-up, torchrun's rendezvous, collective
 # timeouts), so with one test per core the cores sat partly idle: 233 s at -j2 against 191 s at -j4, medians of 3

@@ -6,8 +6,7 @@
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"
-install_missing_packages
-build_shadowgrad trainer
+install_and_build trainer
 # The config is optional: a first argument of the form key=value is already an override.
 config=base.yml
 if [ $# -gt 0 ] && [[ "$1" != *=* ]]; then

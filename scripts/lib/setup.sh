@@ -23,31 +23,81 @@ SHADOWGRAD_VENV="${SHADOWGRAD_VENV:-$SHADOWGRAD_ROOT/.venv}"
 SHADOWGRAD_PYTHON="$SHADOWGRAD_VENV/bin/python"
 export SHADOWGRAD_ROOT SHADOWGRAD_VENV SHADOWGRAD_PYTHON
 
-# apt-get only when something is missing, and quietly.
+# Everything installed on return: apt-get where something is missing, beside the venv's torch when this Python can
+# make a venv without Debian's python3-venv; then the Hugging Face packages.
 install_missing_packages() {
+  start_missing_packages "$@"
+  ensure_torch_venv
+  wait_missing_packages
+  ensure_venv
+}
+
+# install_missing_packages, then the build (targets as build_shadowgrad), with the Hugging Face packages installing
+# while it compiles: nothing in the build needs them, and pip unpacks on one core (test.sh, build.sh, train.sh).
+install_and_build() {
+  start_missing_packages
+  ensure_torch_venv
+  wait_missing_packages
+  local hf rc=0
+  ensure_venv &
+  hf=$!
+  build_shadowgrad "$@" || rc=$?
+  wait "$hf" || { ((rc)) || rc=$?; }
+  return "$rc"
+}
+
+# apt-get only when something is missing, and quietly; in the background (wait_missing_packages) when the venv does
+# not need Debian's python3-venv.
+SHADOWGRAD_APT_PID=""
+start_missing_packages() {
   local missing=()
   for pkg in "${SHADOWGRAD_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
   done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "installing missing packages: ${missing[*]}" >&2
-    local sudo=""
-    [ "$(id -u)" -ne 0 ] && sudo="sudo"
-    $sudo apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [ ${#missing[@]} -gt 0 ] || return 0
+  echo "installing missing packages: ${missing[*]}" >&2
+  if [ -x "$SHADOWGRAD_PYTHON" ] || python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    apt_install "${missing[@]}" &
+    SHADOWGRAD_APT_PID=$!
+  else
+    apt_install "${missing[@]}"
   fi
-  ensure_venv
+}
+wait_missing_packages() {
+  [ -n "$SHADOWGRAD_APT_PID" ] || return 0
+  local pid=$SHADOWGRAD_APT_PID
+  SHADOWGRAD_APT_PID=""
+  wait "$pid" || { echo "apt-get could not install the missing packages" >&2; return 1; }
+}
+apt_install() {
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-# The venv with the pinned torch, made once; `pip install` is skipped when the pins are already met.
-ensure_venv() {
-  local stamp="$SHADOWGRAD_VENV/.shadowgrad-pins"
+# The venv with the pinned packages, made once; pip is skipped when the stamp says the pins are met. Torch first
+# (ensure_torch_venv; LibTorch for the build comes from it), then the rest.
+SHADOWGRAD_VENV_STAMP="$SHADOWGRAD_VENV/.shadowgrad-pins"
+venv_pins_met() {
   local pins=("${SHADOWGRAD_TORCH_PINS[@]}" "${SHADOWGRAD_HF_PINS[@]}")
-  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${pins[*]}" ] && return 0
-  echo "creating $SHADOWGRAD_VENV with ${pins[*]}" >&2
+  [ -f "$SHADOWGRAD_VENV_STAMP" ] && [ "$(cat "$SHADOWGRAD_VENV_STAMP")" = "${pins[*]}" ]
+}
+ensure_torch_venv() {
+  venv_pins_met && return 0
+  echo "installing ${SHADOWGRAD_TORCH_PINS[*]} into $SHADOWGRAD_VENV" >&2
   [ -x "$SHADOWGRAD_PYTHON" ] || python3 -m venv "$SHADOWGRAD_VENV"
-  "$SHADOWGRAD_PYTHON" -m pip install -q --disable-pip-version-check "${pins[@]}" 2> >(grep -v '^WARNING: Location' >&2)
-  echo "${pins[*]}" > "$stamp"
+  venv_pip_install "${SHADOWGRAD_TORCH_PINS[@]}"
+}
+ensure_venv() {
+  venv_pins_met && return 0
+  echo "installing ${SHADOWGRAD_HF_PINS[*]} into $SHADOWGRAD_VENV" >&2
+  venv_pip_install "${SHADOWGRAD_TORCH_PINS[@]}" "${SHADOWGRAD_HF_PINS[@]}"
+  local pins=("${SHADOWGRAD_TORCH_PINS[@]}" "${SHADOWGRAD_HF_PINS[@]}")
+  echo "${pins[*]}" > "$SHADOWGRAD_VENV_STAMP"
+}
+venv_pip_install() {
+  "$SHADOWGRAD_PYTHON" -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v '^WARNING: Location' >&2)
 }
 
 # Configure (once) and build in Release into build/. make decides what is out of date.
