@@ -21,7 +21,6 @@ tiny+=(learning_rate_schedule_steps=12 collective_timeout_s=20)
 # pdbs 2: K = 1, 2, 4 at 2 processes; 2, 4, 8 at 1.
 sched=(batch_size_schedule=0:4,4s:8,8s:16)
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # train NAME NPROC STEPS key=value...: ranks started by hand (RANK/WORLD_SIZE/MASTER_*), one thread each.
 train() {
   local name=$1 n=$2 steps=$3 port r pids=()

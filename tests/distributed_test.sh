@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Intent: multi-process data parallel end to end with the real trainer and scripts/launch.sh on loopback.
+# Intent: multi-process data parallel end to end with the real trainer on loopback, its ranks started by hand
+# (tests/lib/multiprocess_test.sh's ranks), and under scripts/launch.sh for a hung rank:
 #   - every step's loss over 6 steps on padded data, within 1e-5 relative (fp32 compute): 1 process K=4 against
 #     2 processes K=2 and 4 processes K=1, and the same for eval_loss (each process evaluates its slice), and on an
 #     llm.c token file; remat_policy=full against none (bitwise); ZeRO-1 on against off; a bf16 shadow on 2
@@ -9,7 +10,7 @@
 #     loading rank 0's checkpoint; SIGTERM to one rank stops both after the same step with a checkpoint (143);
 #   - a killed rank makes the other exit non-zero within collective_timeout_s; a hung (SIGSTOPped) rank makes the
 #     other time out, and torchrun (under launch.sh) then kills the hung one, 30 s later; launch.sh exits 1.
-# Cost: about 15 trainer processes of a 2-layer, 32-wide model (num_threads=1 each), 10 torchrun start-ups (through
+# Cost: about 15 trainer processes of a 2-layer, 32-wide model (num_threads=1 each), 1 torchrun start-up (through
 # launch.sh), an 8 s and a 4 s timeout, and torchrun's fixed 30 s before it kills the hung rank: 160 s on this
 # machine's 2 cores shared with other jobs (load average 16-22).
 #
@@ -26,7 +27,7 @@ run() {
   if ((n == 0)); then
     "$TRAINER" "${tiny[@]}" steps=6 run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
   else
-    "$launch" --nproc "$n" "${tiny[@]}" steps=6 run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
+    ranks "$n" "${tiny[@]}" steps=6 run_name="$name" "$@" >"$tmp/$name.log" 2>&1 || rc=$?
   fi
   ((rc == 0)) || { cat "$tmp/$name.log" >&2; fail "run $name ($n processes) exited $rc"; }
   [[ -f $runs/$name/summary.json ]] || fail "run $name wrote no summary.json"
@@ -148,7 +149,7 @@ exits_within() {
 
 echo "== resume with 2 processes: 3 steps, then the same command to 6, bitwise equal to 6 straight steps"
 dp_run() {  # dp_run NAME STEPS LOG: 2 processes, K=2, a checkpoint every 3 steps
-  "$launch" --nproc 2 "${tiny[@]}" gradient_accumulation_steps=2 checkpoint_period=3 learning_rate_schedule_steps=6 \
+  ranks 2 "${tiny[@]}" gradient_accumulation_steps=2 checkpoint_period=3 learning_rate_schedule_steps=6 \
     run_name="$1" steps="$2" \
     >"$3" 2>&1 || { cat "$3" >&2; fail "2-process run $1 to step $2 exited non-zero"; }
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Intent: runs that survive real clusters, end to end with the real trainer and scripts/launch.sh on loopback:
+# Intent: runs that survive real clusters, end to end with the real trainer on loopback, its ranks started by
+# hand (tests/lib/multiprocess_test.sh's ranks), and once through scripts/launch.sh:
 #   - ZeRO-1 checkpoints: 2 processes trained 3 steps then resumed to 6 give bitwise the losses of 6 straight steps;
 #     every rank writes its optimizer shard into the same step-N, listed in the manifest; SIGTERM to one rank stops
 #     both after the same step with such a checkpoint;
@@ -22,7 +23,8 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" elastic_test "$@"
 tiny+=(checkpoint_period=3 learning_rate_schedule_steps=6)
 
-# train NAME NPROC STEPS key=value...: NPROC=1 runs the trainer alone (no rendezvous variables). Sets rc and log.
+# train NAME NPROC STEPS key=value...: NPROC=1 runs the trainer alone (no rendezvous variables), more are ranks
+# started by hand, or through scripts/launch.sh with via_launch=1. Sets rc and log.
 train() {
   local name=$1 n=$2 steps=$3
   shift 3
@@ -30,8 +32,10 @@ train() {
   rc=0
   if ((n == 1)); then
     "$TRAINER" "${tiny[@]}" run_name="$name" steps="$steps" "$@" >"$log" 2>&1 || rc=$?
-  else
+  elif [[ -n ${via_launch:-} ]]; then
     "$launch" --nproc "$n" "${tiny[@]}" run_name="$name" steps="$steps" "$@" >"$log" 2>&1 || rc=$?
+  else
+    ranks "$n" "${tiny[@]}" run_name="$name" steps="$steps" "$@" >"$log" 2>&1 || rc=$?
   fi
 }
 train_ok() {
@@ -78,7 +82,7 @@ parity zero zero_straight "ZeRO-1 2x2 -> ZeRO-1 2x2 (same command)"
   fail "ZeRO-1 resumed losses are not bitwise those of the uninterrupted run"
 
 echo "== ZeRO-1: SIGTERM to one rank stops both after the same step, with a checkpoint holding both shards"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 for r in 0 1; do
   RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" "${zero[@]}" run_name=zero_term \
     steps=1000000 collective_timeout_s=20 >"$tmp/zero_term.$r.log" 2>&1 &
@@ -137,7 +141,7 @@ grep -q 'error: .*global batch of 8 (per_device_batch_size=2 x gradient_accumula
   fail "the mismatch message does not name the three keys and both global batches"
 [[ $(grep -c '"step"' "$runs/p2_batch/metrics.jsonl") == 3 ]] || fail "the refused resume changed metrics.jsonl"
 from_step3 p1 p1_batch  # and with 2 processes through launch.sh: rank 0's exit 2, whichever rank is reaped first
-train p1_batch 2 6 gradient_accumulation_steps=1
+via_launch=1 train p1_batch 2 6 gradient_accumulation_steps=1
 ((rc == 2)) || { cat "$log" >&2; fail "global-batch mismatch with 2 processes: launch.sh exited $rc, expected 2"; }
 
 echo "== a truncated ZeRO-1 shard: fall back to the previous checkpoint, or exit 2 naming the file"
@@ -145,7 +149,7 @@ cp -r "$runs/zero" "$runs/zero_trunc"  # holds step-3 and step-6
 shard=$runs/zero_trunc/checkpoints/step-6/optimizer-shard-00001-of-00002.pt
 truncate -s 100 "$shard"
 train zero_trunc 2 6 "${zero[@]}" load_checkpoint_step=6
-((rc == 2)) || { cat "$log" >&2; fail "loading the truncated step-6 exited $rc, expected 2"; }
+[[ ${rank_codes[*]} == "2 2" ]] || { cat "$log" >&2; fail "loading the truncated step-6: ranks exited ${rank_codes[*]}, expected 2 2"; }
 # Every rank agrees on the verdict before any exits: each names the file (rank 1 quoting rank 0, which found it
 # first), and none fails a collective instead (the exit 1 that torchrun used to report when it saw it first).
 for r in 0 1; do

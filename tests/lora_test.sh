@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Intent: LoRA runs of the real trainer (docs/lora.md), 1 and 2 processes (scripts/launch.sh on loopback):
+# Intent: LoRA runs of the real trainer (docs/lora.md), 1 and 2 processes (ranks started by hand on loopback):
 #   - a LoRA run's checkpoint holds only the adapters and their optimizer state: model.pt's tensors are exactly the
 #     targeted layer{i}_{wq,wv,w_down}_lora_{a,b} ([r, in], [out, r]), optimizer.pt's AdamW moments are exactly two per
 #     adapter with its shape, and no file carries more tensor bytes than that; the same check on a full fine-tune's
@@ -11,8 +11,8 @@
 #     run, within 1e-5 (the reduction's order differs, so the first steps' losses are not bitwise);
 #   - lora_dropout=0.1 resumes bitwise (1 process and 2), its masks are the same at 1 process K=4 and 2 processes K=2
 #     (losses within 1e-5), and it changes the losses (a control: dropout that did nothing would pass the rest).
-# Cost: about 25 trainer runs of the tiny model (2 layers, 32 wide) of 3-6 steps, 10 of them on 2 processes through
-# torchrun, and one Python start to build a tiny Hugging Face Llama: ~60 s on 2 cores.
+# Cost: about 25 trainer runs of the tiny model (2 layers, 32 wide) of 3-6 steps, 10 of them on 2 processes started by
+# hand, and one Python start to build a tiny Hugging Face Llama: ~60 s on 2 cores.
 #
 # Usage: tests/lora_test.sh TRAINER COMPARE_RUNS
 # Environment: SHADOWGRAD_VENV (default: the checkout's .venv), whose Python has torch and transformers.
@@ -30,7 +30,7 @@ run() {  # run NAME NPROC STEPS key=value...: NPROC=0 is the trainer alone, with
   if ((n == 0)); then
     "$TRAINER" "${tiny[@]}" "${lora[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 || rc=$?
   else
-    "$launch" --nproc "$n" "${tiny[@]}" "${lora[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 ||
+    ranks "$n" "${tiny[@]}" "${lora[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 ||
       rc=$?
   fi
   ((rc == 0)) || { cat "$tmp/$name.log" >&2; fail "run $name ($n processes) exited $rc"; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Intent: dataset_type=sft with the real trainer, 1 and 2 processes (scripts/launch.sh on loopback):
+# Intent: dataset_type=sft with the real trainer, 1 and 2 processes (ranks started by hand on loopback):
 #   - 2 processes K=2 against 1 process K=4 (global batch 8 rows; the two ranks' rows hold different target counts):
 #     every step's loss and eval_loss within 1e-5 relative (fp32), packed and unpacked (torchtune #2980's case);
 #   - resume: 2 processes trained 3 steps then resumed to 6 give bitwise the 6 straight steps' losses, and 1 process
@@ -44,7 +44,7 @@ run() {  # run NAME NPROC STEPS key=value...: NPROC=0 is the trainer alone
   if ((n == 0)); then
     "$TRAINER" "${tiny[@]}" "${sft[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 || rc=$?
   else
-    "$launch" --nproc "$n" "${tiny[@]}" "${sft[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 ||
+    ranks "$n" "${tiny[@]}" "${sft[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 ||
       rc=$?
   fi
   ((rc == 0)) || { cat "$tmp/$name.log" >&2; fail "run $name ($n processes) exited $rc"; }

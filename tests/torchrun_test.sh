@@ -27,7 +27,6 @@ torchrun=${TORCHRUN:-${SHADOWGRAD_VENV:-$(dirname "$0")/../.venv}/bin/torchrun}
 agent_flags=(--nproc_per_node 1 --monitor_interval 0.5 --redirects 1 --tee 1)
 gbs=(global_batch_size=8)
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 steps_in() { local n; n=$(grep -c '"step"' "$runs/$1/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
 # every_step_once NAME N: metrics.jsonl holds steps 1..N, each once, in order.
 every_step_once() {

@@ -2,7 +2,8 @@
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" NAME "$@"
 # with the test's own arguments TRAINER COMPARE_RUNS. Sets repo, TRAINER (exported, for scripts/launch.sh),
 # compare, launch, tmp (scratch, kept on failure), runs, started (pids that cleanup kills at exit), tiny (the
-# 2-layer, 32-wide model every run trains), and defines fail MESSAGE and trainer_pid ROOT [RANK].
+# 2-layer, 32-wide model every run trains), and defines fail MESSAGE, trainer_pid ROOT [RANK], free_port and
+# ranks N ARGS (N trainers started by hand).
 test_name=$1
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export TRAINER=${2:-$repo/build/trainer}
@@ -40,4 +41,28 @@ trainer_pid() {
     done
     sleep 0.1
   done
+}
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# ranks N key=value...: N trainers on loopback started by hand with the variables torchrun sets (RANK, LOCAL_RANK,
+# WORLD_SIZE, MASTER_ADDR, MASTER_PORT), their output to stdout. No launcher: a torchrun start imports torch, 3 s of
+# CPU, and these runs test the trainer (tests/torchrun_test.sh, signals_test.sh and distributed_test.sh's hung rank
+# test the launchers). Sets rank_codes (each rank's exit code); returns the lowest failing rank's code, or 0.
+ranks() {
+  local n=$1 r port pids=() code first=0
+  shift
+  port=$(free_port)
+  for ((r = 0; r < n; r++)); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "$@" &
+    pids+=($!)
+    started+=($!)
+  done
+  rank_codes=()
+  for r in "${!pids[@]}"; do
+    code=0
+    wait "${pids[$r]}" || code=$?
+    rank_codes+=("$code")
+    ((first)) || first=$code
+  done
+  return "$first"
 }
