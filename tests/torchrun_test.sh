@@ -9,11 +9,12 @@
 #     the agent that does not host the rendezvous and of its worker (walking the process tree); the survivor's agent
 #     restarts it at WORLD_SIZE=1 with K doubled (from global_batch_size), it resumes from the latest checkpoint and
 #     finishes; every step once in metrics.jsonl, every loss within 1e-5 of an uninterrupted 1-process run;
-#   - elastic grow: one agent starts alone, a second joins mid-run; torchrun restarts the group at WORLD_SIZE=2 with K
-#     halved; it resumes (the trainer checkpoints on the agent's SIGTERM), every step once, within 1e-5 of 1 process.
+#   - elastic grow: one agent starts alone, a second joins mid-run (the lone worker held stopped until then); torchrun
+#     restarts the group at WORLD_SIZE=2 with K halved; it resumes where the lone worker stopped (the trainer
+#     checkpoints on the agent's SIGTERM), every step once, within 1e-5 of 1 process.
 # Cost: 6 torchrun agents (each imports torch: 1-5 s), about 16 trainer processes of the 2-layer, 32-wide model, and
-# torch's fixed 15 s before the rendezvous drops a dead node: 3 min on this machine's 2 cores shared with other jobs
-# (load average 17-20). ctest label "slow".
+# torch's fixed 15 s before the rendezvous drops a dead node. Alone on a quiet 2-core EPYC (2026-12-06): ctest
+# torchrun (pair, restarts, shrink) 33 s, 18 s of CPU; torchrun_grow 13 s, 10 s of CPU. ctest label "slow".
 #
 # Usage: tests/torchrun_test.sh TRAINER COMPARE_RUNS      (TORCHRUN overrides .venv/bin/torchrun; TORCHRUN_CASES,
 #   default "pair restarts shrink grow", picks the cases)
@@ -51,12 +52,13 @@ wait_for_step() {
 }
 # elastic_agent VAR RDZV_ID IS_HOST RUN_NAME key=value...: one --nnodes 1:2 agent in the background, its pid in VAR
 # and its log in $tmp/VAR.log. is_host says which agent serves the rendezvous store (both match 127.0.0.1);
-# last_call_timeout: how long a round that has its minimum of nodes waits for more.
+# last_call_timeout: how long a round that has its minimum of nodes waits for more (torch's default, 30 s, kept
+# the lone agent of the grow case idle that long before its first step).
 elastic_agent() {
   local var=$1 id=$2 host=$3 name=$4
   shift 4
   # host "": torchrun decides (the agent that binds the endpoint first hosts it).
-  local conf=()
+  local conf=(--rdzv_conf "last_call_timeout=2")
   [[ -n $host ]] && conf=(--rdzv_conf "is_host=$host,last_call_timeout=2")
   # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as docs/distributed.md tells elastic users: with the shared store, an
   # agent joining a later round waits for a MASTER_ADDR that rank 0, holding its first round's, never writes again.
@@ -145,26 +147,54 @@ case_shrink() {
   parity shrunk alone 1e-5 "2 nodes x K=2, shrunk to 1 x K=4 by torchrun, against 1 x K=4 straight"
 }
 
+# sigterm_pending PID: a SIGTERM waits for PID, which is stopped and cannot take it yet (process-wide or its main
+# thread's pending set, /proc/PID/status).
+sigterm_pending() {
+  local mask
+  for mask in $(sed -n 's/^\(ShdPnd\|SigPnd\):[[:space:]]*//p' "/proc/$1/status" 2>/dev/null); do
+    (((16#$mask & 0x4000) != 0)) && return 0
+  done
+  return 1
+}
+
 case_grow() {
-  echo "== elastic grow: one agent starts alone (K=32), a second joins; the group restarts at WORLD_SIZE=2 with K=16"
-  # K=32 and 600 steps keep the lone agent training for several seconds even on a quiet machine (a step is about
-  # 0.03 s there, 0.1 s or more under load), so the second agent, which first imports torch, joins mid-run.
-  grow=(steps=600 checkpoint_period=20 collective_timeout_s=5 global_batch_size=64)
-  "$TRAINER" "${tiny[@]}" "${grow[@]}" run_name=alone64 >"$tmp/alone64.log" 2>&1 ||
-    { cat "$tmp/alone64.log"; fail "the uninterrupted 1-process run with global_batch_size=64 failed"; }
+  echo "== elastic grow: one agent starts alone (K=8), a second joins; the group restarts at WORLD_SIZE=2 with K=4"
+  grow=(steps=100 checkpoint_period=10 collective_timeout_s=5 global_batch_size=16)
+  "$TRAINER" "${tiny[@]}" "${grow[@]}" run_name=alone16 >"$tmp/alone16.log" 2>&1 ||
+    { cat "$tmp/alone16.log"; fail "the uninterrupted 1-process run with global_batch_size=16 failed"; }
   port=$(free_port)
   elastic_agent grow_a grow "" grown "${grow[@]}"  # alone first: it hosts
+  # The lone worker is held stopped after step 3 until the second agent has joined and the first has asked it to
+  # stop (SIGTERM pending): so it is mid-run when the group grows, however long the second agent takes to import
+  # torch, without a long run to cover that time (600 steps at K=32 did: 47 s of CPU, 2026-12-06).
+  worker=$(trainer_pid "$grow_a")
+  [[ -n $worker ]] || fail "no worker under the first agent"
   wait_for_step grown 3
-  grep -q 'K=32 x 2 sequences x 16 tokens x 1 processes' "$tmp/grow_a.log" || fail "the first agent did not start alone"
+  kill -STOP "$worker" || fail "the lone worker (pid $worker) finished before it could be held"
+  at=$(steps_in grown)
+  ((at < 100)) || fail "the lone worker finished all 100 steps before it could be held"
   elastic_agent grow_b grow "" grown "${grow[@]}"
+  for _ in $(seq 600); do sigterm_pending "$worker" && break; sleep 0.1; done
+  if ! sigterm_pending "$worker"; then
+    kill -CONT "$worker"
+    cat "$tmp/grow_b.log"
+    fail "the first agent never asked its worker to stop when the second joined"
+  fi
+  kill -CONT "$worker"
+  echo "the lone worker, held after step $at, was asked to stop when the second agent joined"
   wait "$grow_a" || { cat "$tmp/grow_a.log"; fail "the first agent failed after the second joined"; }
   wait "$grow_b" || { cat "$tmp/grow_b.log"; fail "the second agent failed"; }
-  grep -q 'K=16 x 2 sequences x 16 tokens x 2 processes = global batch 64' "$tmp/grow_a.log" "$tmp/grow_b.log" ||
-    { cat "$tmp/grow_a.log"; fail "the group did not grow to 2 processes with K=16"; }
-  grep -q 'resumed from .*step-[1-9]' "$tmp/grow_a.log" "$tmp/grow_b.log" || fail "the grown group did not resume"
-  echo "grew to 2 processes: $(grep -h -o 'resumed from [^ ]*' "$tmp/grow_a.log" "$tmp/grow_b.log" | head -1)"
-  every_step_once grown 600
-  parity grown alone64 1e-5 "1 x K=32 grown to 2 x K=16 by torchrun, against 1 x K=32 straight"
+  # Read once the agents have finished: the agent tees its worker's file, which the held worker may not have written yet.
+  grep -q 'K=8 x 2 sequences x 16 tokens x 1 processes' "$tmp/grow_a.log" || fail "the first agent did not start alone"
+  grep -q 'K=4 x 2 sequences x 16 tokens x 2 processes = global batch 16' "$tmp/grow_a.log" "$tmp/grow_b.log" ||
+    { cat "$tmp/grow_a.log"; fail "the group did not grow to 2 processes with K=4"; }
+  # The worker takes the SIGTERM at the end of the step it was in: its checkpoint is step $at or the next.
+  from=$(grep -h -o 'resumed from [^ ]*step-[0-9]*' "$tmp/grow_a.log" "$tmp/grow_b.log" | head -1 | sed 's/.*step-//')
+  [[ -n $from ]] && ((from == at || from == at + 1)) ||
+    { cat "$tmp/grow_a.log"; fail "the grown group resumed from step '${from}', not where the lone worker stopped ($at)"; }
+  echo "grew to 2 processes, resumed from step $from"
+  every_step_once grown 100
+  parity grown alone16 1e-5 "1 x K=8 grown to 2 x K=4 by torchrun, against 1 x K=8 straight"
 }
 
 # TORCHRUN_CASES picks the cases (ctest torchrun and torchrun_grow split them, so they run side by side).
