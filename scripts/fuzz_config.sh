@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes the config/override parser (src/config) with libFuzzer for SECONDS (default 60), under
 # AddressSanitizer and UndefinedBehaviorSanitizer. Needs Debian's clang (clang-14, libclang-rt-14-dev).
-# Cost: ~1 min to build the target (src/config only: yaml-cpp and fmt, no LibTorch), then SECONDS.
+# Cost: ~10 s to build the target (src/config only: yaml-cpp and fmt, no LibTorch), then SECONDS.
 # Exit 0: no input crashed it. A crashing input is saved as build/fuzz/crash-* and printed.
-# Usage: scripts/fuzz_config.sh [SECONDS]   e.g. scripts/fuzz_config.sh 60
+# Usage: scripts/fuzz_config.sh [SECONDS | --build]   e.g. scripts/fuzz_config.sh 60
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 SHADOWGRAD_ROOT="$(cd "$(dirname "$0")/.." && pwd)"

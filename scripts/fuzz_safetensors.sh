@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes the safetensors reader (src/hub/SafeTensorsHeader.cpp) with libFuzzer for SECONDS (default 60), under
 # AddressSanitizer and UndefinedBehaviorSanitizer. Needs Debian's clang (clang-14, libclang-rt-14-dev).
-# Cost: ~1 min to build the target (one file: nlohmann-json and fmt, no LibTorch), then SECONDS.
+# Cost: ~8 s to build the target (one file: nlohmann-json and fmt, no LibTorch), then SECONDS.
 # Exit 0: no input crashed it. A crashing input is saved as build/fuzz/safetensors/crash-* and printed.
-# Usage: scripts/fuzz_safetensors.sh [SECONDS]   e.g. scripts/fuzz_safetensors.sh 60
+# Usage: scripts/fuzz_safetensors.sh [SECONDS | --build]   e.g. scripts/fuzz_safetensors.sh 60
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 SHADOWGRAD_ROOT="$(cd "$(dirname "$0")/.." && pwd)"

@@ -3,7 +3,7 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer. Needs Debian's clang (clang-14, libclang-rt-14-dev).
 # Cost: ~5 s to build the target (SftFile.cpp and util/File.cpp: fmt, no LibTorch), then SECONDS.
 # Exit 0: no input crashed it. A crashing input is saved as build/fuzz/sft/crash-* and printed.
-# Usage: scripts/fuzz_sft.sh [SECONDS]   e.g. scripts/fuzz_sft.sh 60
+# Usage: scripts/fuzz_sft.sh [SECONDS | --build]   e.g. scripts/fuzz_sft.sh 60
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 SHADOWGRAD_ROOT="$(cd "$(dirname "$0")/.." && pwd)"

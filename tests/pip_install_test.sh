@@ -11,18 +11,20 @@
 set -euo pipefail
 src=$1 work=$2 torch_python=$3
 rm -rf "$work" && mkdir -p "$work"
-python3 -m venv "$work/venv"
+# Without a pip of its own (ensurepip costs 3.5 s of CPU): the torch venv's pip installs into it (pip --python).
+python3 -m venv --without-pip "$work/venv"
 py=$work/venv/bin/python
+pip=("$torch_python" -m pip --python "$py")
 own_site=$("$py" -c 'import site; print(site.getsitepackages()[0])')
 "$torch_python" -c 'import site; print(site.getsitepackages()[0])' > "$own_site/torch_env.pth"
 "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)' ||
   { echo "FAIL: torch not visible in the fresh venv"; exit 1; }
 # --no-build-isolation builds with this environment's own tools: a venv's setuptools may predate pyproject.toml's
 # requirement (bdist_wheel in setuptools itself), as a user's may.
-"$py" -m pip install -q --disable-pip-version-check --upgrade 'setuptools>=70.1' 2> >(grep -v '^WARNING: Location' >&2)
+"${pip[@]}" install -q --disable-pip-version-check --no-compile --upgrade 'setuptools>=70.1' 2> >(grep -v '^WARNING: Location' >&2)
 # A copy of the sources, as a user's checkout, so the build leaves nothing in the tree.
 mkdir -p "$work/checkout" && (cd "$src" && git ls-files --cached --others --exclude-standard -z | xargs -0 cp --parents -t "$work/checkout")
-"$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps "$work/checkout" 2> >(grep -v '^WARNING: Location' >&2)
+"${pip[@]}" install -q --disable-pip-version-check --no-build-isolation --no-deps "$work/checkout" 2> >(grep -v '^WARNING: Location' >&2)
 cd "$work"
 # The installed package, in one interpreter (each start imports torch: 2 s of CPU): imported from site-packages, with
 # one OpenMP runtime in the process, torch's own libgomp. Prints the module's path last.
@@ -40,7 +42,7 @@ if [ -n "${SHADOWGRAD_PREBUILT_DIR:-}" ]; then
   mkdir -p "$work/other-build/python"
   { cat "$SHADOWGRAD_PREBUILT_DIR/python/prebuilt_module.txt"; echo source=src/accumulate/Extra.cpp; } \
     > "$work/other-build/python/prebuilt_module.txt"
-  if SHADOWGRAD_PREBUILT_DIR="$work/other-build" "$py" -m pip install --disable-pip-version-check --no-build-isolation \
+  if SHADOWGRAD_PREBUILT_DIR="$work/other-build" "${pip[@]}" install --disable-pip-version-check --no-build-isolation \
        --no-deps --force-reinstall "$work/checkout" > "$work/control.log" 2>&1; then
     echo "FAIL: control: a build with a source setup.py does not compile was packaged"; exit 1
   fi

@@ -5,6 +5,7 @@
 #   fuzz_srcs   sources to compile (array)             fuzz_deps    further files whose change forces a rebuild
 #   fuzz_libs   link flags (array)                     fuzz_seeds   the committed seed corpus folder
 #   fuzz_max_len  the longest input libFuzzer makes
+# SECONDS "--build" builds the target and stops (scripts/test.sh builds them while the venv's torch installs).
 # Exit 77 (skipped) without clang; 1 with the reproducers' names when an input crashed, hung or ran out of memory.
 run_fuzzer() {
   local seconds=$1 cxx bin="$fuzz_out/${fuzz_name#fuzz_}_fuzzer" status
@@ -19,6 +20,7 @@ run_fuzzer() {
     "$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
       -I"$SHADOWGRAD_ROOT/src" "${fuzz_srcs[@]}" "${fuzz_libs[@]}" -o "$bin"
   fi
+  [[ $seconds != --build ]] || return 0
   cp -n "$fuzz_seeds"/* "$fuzz_out/corpus/" 2>/dev/null || true
   cd "$fuzz_out"
   # -rss_limit_mb guards against runaway memory; -timeout flags any single input taking over 10 s.

@@ -39,10 +39,21 @@ install_missing_packages() {
 
 # install_missing_packages, then the build (targets as build_shadowgrad), with the Hugging Face packages installing
 # while it compiles: nothing in the build needs them, and pip unpacks on one core (test.sh, build.sh, train.sh).
+# SHADOWGRAD_BESIDE_TORCH, if set, is a command that needs the Debian packages but not torch: it runs on the core
+# pip leaves idle while the venv's torch installs (test.sh builds its fuzz targets there); its failure is ignored.
 install_and_build() {
   start_missing_packages
-  ensure_torch_venv
-  wait_missing_packages
+  if [ -n "${SHADOWGRAD_BESIDE_TORCH:-}" ] && ! venv_pins_met; then
+    local torch
+    ensure_torch_venv &
+    torch=$!
+    wait_missing_packages
+    $SHADOWGRAD_BESIDE_TORCH || true
+    wait "$torch"
+  else
+    ensure_torch_venv
+    wait_missing_packages
+  fi
   local hf rc=0
   ensure_venv &
   hf=$!
