@@ -2,8 +2,9 @@
 # Installs missing packages, builds everything, and runs the whole suite through ctest: Catch2, the Python
 # unittests against the pip-installed module (ctest pip_install) and the installed package with its out-of-tree
 # example (ctest package).
-# Cost from a fresh clone on 2 cores (docs/setup.md): 606-669 s on an AMD EPYC with avx512_bf16, 2026-12-06 (venv
-# 40-67 s, build 211-254 s, ctest 343-390 s); over 35 min on an AVX2-only EPYC. CI runs exactly this.
+# Cost from a fresh clone on 2 cores (docs/setup.md): 511-534 s on an AMD EPYC with avx512_bf16, 2026-12-06 (venv
+# 32-33 s, build 174 s, ctest 305-328 s); over 35 min on an AVX2-only EPYC (before the larger unity batches). CI
+# runs exactly this.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"

@@ -1,7 +1,8 @@
 # Shared by train.sh, test.sh and build.sh: install missing Debian packages, create the Python venv with the pinned
 # torch wheel (LibTorch comes from it), then configure and build. Sourced, not run.
 # Cost on a fresh 2-core machine: apt ~10-30 s beside the venv's torch (2.14.1 + torchvision, 5.5 GB from pip's
-# local files: 40-67 s on an avx512_bf16 EPYC), the build 3.5-4 min there, 12 min on an AVX2 one (docs/setup.md).
+# local files: 32-67 s on an avx512_bf16 EPYC), the build about 3 min there, 12 min on an AVX2 one before the
+# larger unity batches (docs/setup.md).
 
 SHADOWGRAD_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # No Debian torch: LibTorch, torchrun and the Python module's torch all come from the venv's wheel.
