@@ -3,7 +3,7 @@
 # unittests against the pip-installed module (ctest pip_install) and the installed package with its out-of-tree
 # example (ctest package).
 # Cost from a fresh clone on 2 cores (docs/setup.md): 511-534 s on an AMD EPYC with avx512_bf16, 2026-12-06 (venv
-# 32-33 s, build 174 s, ctest 305-328 s); over 35 min on an AVX2-only EPYC (before the larger unity batches). CI
+# 32-38 s, build 174-185 s, ctest 305-328 s); over 35 min on an AVX2-only EPYC (before the larger unity batches). CI
 # runs exactly this.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
