@@ -8,11 +8,11 @@
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/lib/setup.sh"
-# The three fuzz targets (clang, no LibTorch; about 21 s of CPU) build on the core pip leaves idle while it unpacks
+# The fuzz targets (clang, no LibTorch; the three take about 21 s of CPU) build on the core pip leaves idle while it unpacks
 # the venv's torch, not inside ctest's busy minutes; their ctest entries then find them built.
 build_fuzz_targets() {
-  local target
-  for target in config safetensors sft; do "$SHADOWGRAD_ROOT/scripts/fuzz_$target.sh" --build >/dev/null 2>&1; done
+  local fuzzer
+  for fuzzer in "$SHADOWGRAD_ROOT"/scripts/fuzz_*.sh; do "$fuzzer" --build >/dev/null 2>&1; done
 }
 SHADOWGRAD_BESIDE_TORCH=build_fuzz_targets install_and_build
 cd "$SHADOWGRAD_ROOT/build"

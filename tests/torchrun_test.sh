@@ -42,14 +42,17 @@ parity() {
   echo "parity: $4: $(echo "$out" | tail -1)"
   ((rc == 0)) || { echo "$out" >&2; fail "$4: losses differ beyond rtol $3"; }
 }
-# wait_for_step NAME STEP: until metrics.jsonl has STEP rows (at most 60 s).
-wait_for_step() {
+# poll_until COMMAND...: 0 as soon as COMMAND succeeds, checked every 0.1 s; 1 if it has not within 60 s.
+poll_until() {
   for _ in $(seq 600); do
-    (($(steps_in "$1") >= $2)) && return 0
+    "$@" && return 0
     sleep 0.1
   done
-  fail "$1 never reached step $2"
+  return 1
 }
+step_reached() { (($(steps_in "$1") >= $2)); }
+# wait_for_step NAME STEP: until metrics.jsonl has STEP rows (at most 60 s).
+wait_for_step() { poll_until step_reached "$1" "$2" || fail "$1 never reached step $2"; }
 # elastic_agent VAR RDZV_ID IS_HOST RUN_NAME key=value...: one --nnodes 1:2 agent in the background, its pid in VAR
 # and its log in $tmp/VAR.log. is_host says which agent serves the rendezvous store (both match 127.0.0.1);
 # last_call_timeout: how long a round that has its minimum of nodes waits for more (torch's default, 30 s, kept
@@ -58,14 +61,14 @@ elastic_agent() {
   local var=$1 id=$2 host=$3 name=$4
   shift 4
   # host "": torchrun decides (the agent that binds the endpoint first hosts it).
-  local conf=(--rdzv_conf "last_call_timeout=2")
-  [[ -n $host ]] && conf=(--rdzv_conf "is_host=$host,last_call_timeout=2")
+  local conf=last_call_timeout=2
+  [[ -n $host ]] && conf="is_host=$host,$conf"
   # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as docs/distributed.md tells elastic users: with the shared store, an
   # agent joining a later round waits for a MASTER_ADDR that rank 0, holding its first round's, never writes again.
   # PYTHONUNBUFFERED=1: the agent tees its worker's lines into a file, which Python buffers 8 KB at a time, so a
   # line the cases grep for mid-run could still be in the buffer (seen: an empty log after 311 steps).
   PYTHONUNBUFFERED=1 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "$torchrun" --nnodes 1:2 --rdzv_backend c10d \
-    --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "$id" --max_restarts 3 "${conf[@]}" "${agent_flags[@]}" --no_python \
+    --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "$id" --max_restarts 3 --rdzv_conf "$conf" "${agent_flags[@]}" --no_python \
     "$TRAINER" "${tiny[@]}" "$@" run_name="$name" >"$tmp/$var.log" 2>&1 &
   started+=($!)
   printf -v "$var" %s "$!"
@@ -174,8 +177,7 @@ case_grow() {
   at=$(steps_in grown)
   ((at < 100)) || fail "the lone worker finished all 100 steps before it could be held"
   elastic_agent grow_b grow "" grown "${grow[@]}"
-  for _ in $(seq 600); do sigterm_pending "$worker" && break; sleep 0.1; done
-  if ! sigterm_pending "$worker"; then
+  if ! poll_until sigterm_pending "$worker"; then
     kill -CONT "$worker"
     cat "$tmp/grow_b.log"
     fail "the first agent never asked its worker to stop when the second joined"

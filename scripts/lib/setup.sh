@@ -43,19 +43,14 @@ install_missing_packages() {
 # SHADOWGRAD_BESIDE_TORCH, if set, is a command that needs the Debian packages but not torch: it runs on the core
 # pip leaves idle while the venv's torch installs (test.sh builds its fuzz targets there); its failure is ignored.
 install_and_build() {
+  local torch hf rc=0
   start_missing_packages
-  if [ -n "${SHADOWGRAD_BESIDE_TORCH:-}" ] && ! venv_pins_met; then
-    local torch
-    ensure_torch_venv &
-    torch=$!
-    wait_missing_packages
-    $SHADOWGRAD_BESIDE_TORCH || true
-    wait "$torch"
-  else
-    ensure_torch_venv
-    wait_missing_packages
-  fi
-  local hf rc=0
+  ensure_torch_venv &
+  torch=$!
+  wait_missing_packages
+  # Only while pip installs: with the pins already met there is no idle core to use.
+  [ -z "${SHADOWGRAD_BESIDE_TORCH:-}" ] || venv_pins_met || $SHADOWGRAD_BESIDE_TORCH || true
+  wait "$torch"
   ensure_venv &
   hf=$!
   build_shadowgrad "$@" || rc=$?
