@@ -146,10 +146,10 @@ def main():
     # Bad lines: exit 2 naming FILE:LINE.
     bad = [("notjson.jsonl", ['{"input_ids": [1, 2]}', "{oops"], ":2: not JSON"),
            ("form.jsonl", [{"question": "x"}], ":1: unknown form"),
-           ("labels.jsonl", [{"input_ids": [1, 2], "labels": [-100, 3]}], ":1: labels[1] = 3"),
-           ("notok.jsonl", [{"prompt": "a", "completion": "b"}], ":1: text needs --tokenizer"),
-           ("noassistant.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}], ":1: \"messages\" has no "
-                                                                                       "assistant turn")]
+           ("labels.jsonl", [{"input_ids": [1, 2], "labels": [-100, 3]}], ":1: labels[1]: 3"),
+           ("notok.jsonl", [{"prompt": "a", "completion": "b"}], ":1: prompt: text needs --tokenizer"),
+           ("noassistant.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}], ":1: messages: no assistant "
+                                                                                       "turn")]
     for name, lines, expected in bad:
         src = jsonl(d, name, lines)
         out = run([src, os.path.join(d, "bad.sft")], expect=2)
