@@ -5,6 +5,7 @@ messages and token ids, and the atomic write of the output (its directory create
 Bad input ends the program with exit 2 and one line on stderr (`fail`); a row's own problem is a `BadRow(field,
 what)`, which the caller prefixes with the row's label.
 """
+import argparse
 import json
 import os
 import sys
@@ -24,6 +25,21 @@ class BadRow(Exception):
 def fail(message):
     print(message, file=sys.stderr)
     sys.exit(EXIT_BAD_INPUT)
+
+
+def parse_args(doc, who):
+    """The prepare scripts' shared command line: IN OUT [--tokenizer DIR] [--max-length N] [--long truncate|drop];
+    returns (args, the Tokenizer or None)."""
+    ap = argparse.ArgumentParser(prog=who, description=doc.split("\n")[0])
+    ap.add_argument("input")
+    ap.add_argument("output")
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--max-length", type=int, default=0)
+    ap.add_argument("--long", choices=["truncate", "drop"], default="truncate")
+    args = ap.parse_args()
+    if args.max_length < 0 or args.max_length == 1:
+        fail(f"{who}: --max-length must be 0 (off) or >= 2")
+    return args, Tokenizer(args.tokenizer, who) if args.tokenizer else None
 
 
 # ---- rows ------------------------------------------------------------------------------------------------------------

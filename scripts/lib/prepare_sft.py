@@ -20,7 +20,6 @@ Usage: prepare_sft.py IN OUT [--tokenizer MODEL_DIR] [--max-length N] [--long tr
 Writes OUT (creating its directory) and prints the counts. Exit: 0 ok; 2 a bad row (named FILE:LINE or FILE:row N),
 bad arguments or no example left.
 """
-import argparse
 import os
 import struct
 import sys
@@ -28,7 +27,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dataset_io import BadRow, Tokenizer, fail, messages, need, read_rows, token_ids, write_atomically  # noqa: E402
+from dataset_io import BadRow, fail, messages, need, parse_args, read_rows, token_ids, write_atomically  # noqa: E402
 
 MAGIC = b"SGSFT\0\0\0"
 VERSION = 1
@@ -43,7 +42,8 @@ ALPACA_NO_INPUT = ("Below is an instruction that describes a task. Write a respo
 
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 FORMS = ('{"prompt", "completion"} (text, or TRL\'s conversational: both lists of messages); {"messages"}; ShareGPT '
-         '{"conversations"}; Alpaca {"instruction", "input", "output"}; {"text"}; pre-tokenized {"input_ids", "labels"}')
+         '{"conversations"}; Alpaca {"instruction", "input", "output"}; {"text"}; pre-tokenized {"input_ids", '
+         '"labels"}')
 
 
 def text_tokens(tok, field):
@@ -143,16 +143,7 @@ def write_sft(path, ids, flags, offsets):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("input")
-    ap.add_argument("output")
-    ap.add_argument("--tokenizer")
-    ap.add_argument("--max-length", type=int, default=0)
-    ap.add_argument("--long", choices=["truncate", "drop"], default="truncate")
-    a = ap.parse_args()
-    if a.max_length < 0 or a.max_length == 1:
-        fail("prepare_sft: --max-length must be 0 (off) or >= 2")
-    tok = Tokenizer(a.tokenizer, "prepare_sft") if a.tokenizer else None
+    a, tok = parse_args(__doc__, "prepare_sft")
     ids, flags, offsets = [], [], [0]
     forms, dropped = {}, {}
     truncated = 0
