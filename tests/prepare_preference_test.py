@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prepare_sft_test import check, jsonl, make_tokenizer  # noqa: E402
+from prepare_sft_test import check, jsonl, make_tokenizer, parquet  # noqa: E402
 
 REPO = sys.argv[1]
 SCRIPT = os.path.join(REPO, "scripts", "prepare_preference.sh")
@@ -59,14 +59,6 @@ def run(args, expect=0):
     if "Traceback" in r.stderr:
         sys.exit(f"FAIL: a traceback from prepare_preference.sh {' '.join(args)}\n{r.stderr}")
     return r.stdout + r.stderr
-
-
-def parquet(directory, name, rows):
-    import pyarrow
-    import pyarrow.parquet
-    path = os.path.join(directory, name)
-    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), path)
-    return path
 
 
 def main():

@@ -45,8 +45,9 @@ def parse_args(doc, who):
 # ---- rows ------------------------------------------------------------------------------------------------------------
 
 def read_rows(path):
-    """Yields (label, row) for each row of PATH: a Parquet file (by its magic), a JSON file holding a list of objects
-    (the first character is `[`), or JSON Lines (blank lines skipped). A line that is not JSON exits 2 naming it."""
+    """Yields (label, row) for each row of PATH: a Parquet file (by its magic; a null column is left out of its row,
+    rows counted from 0), a JSON file holding a list of objects (the first character is `[`), or JSON Lines (blank
+    lines skipped). A line that is not JSON exits 2 naming it."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -116,8 +117,8 @@ def _parquet_rows(path):
         batches = pyarrow.parquet.ParquetFile(path).iter_batches(batch_size=1024)
         n = 0
         for batch in batches:
-            for row in batch.to_pylist():
-                yield f"{path}:row {n}", row
+            for row in batch.to_pylist():  # a null is an absent field: a column another row's form fills
+                yield f"{path}:row {n}", {k: x for k, x in row.items() if x is not None}
                 n += 1
     except (pyarrow.ArrowException, OSError) as e:
         fail(f"{path}: not a Parquet file pyarrow can read: {e}")
