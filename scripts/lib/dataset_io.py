@@ -255,4 +255,6 @@ def write_atomically(path, chunks, who):
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
+        if os.path.isfile(tmp):
+            os.remove(tmp)
         fail(f"{who}: cannot write {path}: {e.strerror or e}")
