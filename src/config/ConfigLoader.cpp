@@ -153,6 +153,20 @@ void validate(const Config& c) {
     fail("dataset_type=tokens needs dataset_path=<a token file> (build/tokenize writes train.bin)");
   if (c.dataset_type == DatasetType::sft && c.dataset_path.empty())
     fail("dataset_type=sft needs dataset_path=<an SFT file> (scripts/prepare_sft.sh writes one from JSONL)");
+  if (c.dataset_type == DatasetType::preference && c.dataset_path.empty())
+    fail("dataset_type=preference needs dataset_path=<a pair file> (scripts/prepare_preference.sh writes one)");
+  if (c.use_dpo && c.dataset_type != DatasetType::preference)
+    fail(fmt::format("use_dpo=true trains on chosen/rejected pairs, but dataset_type={}; set dataset_type=preference "
+                     "and dataset_path=<a pair file> (scripts/prepare_preference.sh)",
+                     c.dataset_type));
+  if (c.dataset_type == DatasetType::preference && !c.use_dpo)
+    fail("dataset_type=preference holds chosen/rejected pairs, which only the preference loss reads; set use_dpo=true "
+         "(docs/preference.md)");
+  if (c.use_dpo && c.per_device_batch_size == kAuto)
+    fail("per_device_batch_size=auto is not yet supported with use_dpo=true; give a number of pairs per microbatch");
+  if (c.dpo_label_smoothing > 0 && c.dpo_loss_type != DpoLossType::sigmoid)
+    fail(fmt::format("dpo_label_smoothing={} applies to dpo_loss_type=sigmoid only (got {})", c.dpo_label_smoothing,
+                     c.dpo_loss_type));
   if (c.dataset_type == DatasetType::synthetic && !c.dataset_path.empty())
     fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text or tokens to use it",
                      c.dataset_path));

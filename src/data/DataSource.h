@@ -7,6 +7,7 @@
 //   Batch b = source->examples(step, first, count);   // examples [first, first+count) of step's global batch
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "data/Batch.h"
 #include "data/DataOptions.h"
@@ -39,5 +40,7 @@ std::unique_ptr<DataSource> make_eval_source(const DataOptions& options);
 
 // A 64-bit hash of (seed, step, index): the per-example random stream both sources draw from.
 uint64_t example_hash(uint64_t seed, int64_t step, int64_t index);
+// Fisher-Yates driven by example_hash: the permutation depends only on (seed, stream, v.size()).
+void shuffle_by_seed(std::vector<int64_t>& v, uint64_t seed, int64_t stream);
 
 } // namespace shadowgrad::data

@@ -160,6 +160,8 @@ class StepLoop {
     // tokens_seen: training positions so far (sequences x max_target_length), what batch_size_schedule counts.
     fields.push_back({"tokens_seen", double(policy_.state().sequences * cfg_.max_target_length)});
     if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary_.eval_loss}, {"eval_s", eval_s}});
+    if (evaluated && evaluator_.last_preference())
+      for (const auto& field : evaluator_.last_preference()->metrics("eval_")) fields.push_back(field);
     if (evaluated && evaluator_.samples().enabled()) fields.push_back({"samples_s", samples_s});
     metrics_->write(fields);
     const double eta = summary_.seconds / double(s + 1 - earlier_steps_) * double(cfg_.steps - s - 1);

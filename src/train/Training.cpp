@@ -9,6 +9,7 @@
 #include "config/Dtypes.h"
 #include "config/GlobalBatch.h"
 #include "data/DataSource.h"
+#include "data/PairSource.h"
 #include "distributed/DataParallel.h"
 #include "distributed/Environment.h"
 #include "hub/BaseRecord.h"
@@ -23,6 +24,7 @@
 #include "train/Evaluator.h"
 #include "train/MemoryProbe.h"
 #include "train/MicrobatchFit.h"
+#include "train/PreferenceReference.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
 #include "train/StartPoint.h"
@@ -154,6 +156,9 @@ RunSummary Training::run() {
     hub::carry_model_files(cfg_.load_parameters_path, start.dir->path());  // tokenizer, config.json, source.json
     if (cfg_.lora_rank > 0) hub::write_base_record(cfg_.load_parameters_path, start.dir->path());  // checked on resume
   }
+  if (auto* pairs = dynamic_cast<data::PairSource*>(source_.get()))  // use_dpo: before step 1, or from the run's file
+    prepare_reference(cfg_, *pairs, dynamic_cast<data::PairSource*>(evaluator_->source()), model, device_,
+                      checkpoint::run_dir_of(cfg_), start.state.step > 0, start.dir.has_value());
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
   log_run_start(cfg_, dtype_, start, step, world, threads);
   RunSummary summary = run_steps(cfg_, step, *evaluator_, meter, signals, start, device_, policy);
