@@ -180,7 +180,10 @@ class Tokenizer:
             self.vocab_size = len(self.hf)
             self.prefix = self._special_prefix(who)
         elif os.path.exists(sp_file):
-            import sentencepiece
+            try:
+                import sentencepiece
+            except ImportError:
+                fail(f"{who}: --tokenizer {path}: a SentencePiece model needs the sentencepiece package in the venv")
             self.sp = sentencepiece.SentencePieceProcessor(model_file=sp_file)
             self.eos = self.sp.eos_id() if self.sp.eos_id() >= 0 else None
             self.vocab_size = self.sp.get_piece_size()
