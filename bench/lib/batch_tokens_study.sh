@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# scripts/batch_size_study.sh --study tokens (the default): the equal-tokens study. Its intent, cost and options are in
-# scripts/batch_size_study.sh's header; run it through that script.
+# bench/batch_size_study.sh --study tokens (the default): the equal-tokens study. Its intent, cost and options are in
+# bench/batch_size_study.sh's header; run it through that script.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-main=$repo/scripts/batch_size_study.sh
+main=$repo/bench/batch_size_study.sh
 
 die() {
   echo "batch_size_study.sh: $*" >&2
@@ -41,7 +41,7 @@ has_phase() { [[ " $phases " == *" $1 "* ]]; }
 
 seq_len=32
 py=/usr/bin/python3
-lib=$repo/scripts/lib
+lib=$repo/bench/lib
 mkdir -p "$out/phase0" "$out/phase1"
 if ((report_only == 0)); then
   [[ -f $data/train.bin ]] || "$repo/scripts/prepare_data.sh" --out "$data" --vocab-size 1024

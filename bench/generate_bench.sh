@@ -3,7 +3,7 @@
 # rounds: decode tokens/s and time to the first token (docs/generate.md, "Speed").
 # Cost: ~3 min for 3 rounds on SmolLM2-135M in fp32 on 2 cores (both sides load the model once).
 #
-# Usage: scripts/generate_bench.sh MODEL_DIR [--rounds N] [--max-new N] [--threads N] [--dtype float32|bfloat16]
+# Usage: bench/generate_bench.sh MODEL_DIR [--rounds N] [--max-new N] [--threads N] [--dtype float32|bfloat16]
 #          [--generate-bin PATH]
 #   MODEL_DIR: a Hugging Face model directory (scripts/prepare_model.sh makes SmolLM2-135M-Instruct).
 # Prints per round and side the medians over 6 prompts, then the medians over rounds and ours/theirs per round.

@@ -8,7 +8,7 @@
 # Cost: 6 trainer runs of 3 steps each on the chosen model, one after another; on the seed model (below) about
 # 1-5 s per step on an idle 2-core machine: 1-2 minutes (more when other jobs share the cores).
 #
-# Usage: scripts/memory_fit_bench.sh [--model seed|base] [--out DIR] [key=value ...]
+# Usage: bench/memory_fit_bench.sh [--model seed|base] [--out DIR] [key=value ...]
 #   --model seed (default): configs/seed.yml, the seed model of docs/memory.md (emb 512, 8+8 heads, mlp 2048,
 #   4 layers, head_dim 64, vocab 32000, seq 512, bf16 compute, 49549824 parameters); base: configs/base.yml's model.
 #   Runs go to DIR (default: a fresh temporary directory). key=value overrides apply to every run.
@@ -17,7 +17,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-source "$repo/scripts/lib/args.sh"
+source "$repo/bench/lib/args.sh"
 model=seed out="" overrides=()
 while (($#)); do
   case $1 in
@@ -51,7 +51,7 @@ run() {
 rss_mib() { echo $(($(tail -1 "$out/$1.rss_kib") / 1024)); }
 measured_mib() { python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["peak_step_bytes"] / 2**20))' "$out/$1/memory_report.json"; }
 
-echo "<!-- scripts/memory_fit_bench.sh --model $model, $(date -u '+%Y-%m-%d %H:%M') UTC, $(nproc) cores," \
+echo "<!-- bench/memory_fit_bench.sh --model $model, $(date -u '+%Y-%m-%d %H:%M') UTC, $(nproc) cores," \
      "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg) -->"
 echo
 echo "| per_device_batch_size | K | predicted peak (MiB) | measured peak (MiB) | error | process max RSS (MiB) |"

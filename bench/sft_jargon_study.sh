@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Intent: a real supervised fine-tune, offline, end to end: the Jargon File's term/definition pairs
-# (scripts/prepare_jargon_sft.sh) train the trainer's own decoder (4 layers, 192 wide, vocab 2048) with packing,
+# (bench/prepare_jargon_sft.sh) train the trainer's own decoder (4 layers, 192 wide, vocab 2048) with packing,
 # completion-only loss, GA (K=4) and a bf16 shadow tree (grad_dtype=bfloat16, fp32 compute). It reports the held-out
 # completion loss before (the initial weights: one step at learning_rate=0) and after, and one held-out question
 # answered greedily by both.
 # Cost: ~1 min of data preparation; then STEPS steps of 16 rows x 256 tokens (~4k tokens a step): about 1 s a step on
 # 2 quiet cores, a few on a loaded machine (default 150 steps).
 #
-# Usage: scripts/sft_jargon_study.sh [--out DIR] [--steps N] [key=value ...]
+# Usage: bench/sft_jargon_study.sh [--out DIR] [--steps N] [key=value ...]
 #   --out DIR   data in DIR/data, runs in DIR/runs (default runs/sft_jargon)
 #   --steps N   fine-tuning steps (default 150)
 #   key=value   more trainer keys for both runs (e.g. packing=false)
 # Exit: 0 ok; 1 failure; 2 bad usage.
 set -euo pipefail
-source "$(dirname "$0")/lib/setup.sh"
+source "$(dirname "$0")/../scripts/lib/setup.sh"
 die() { echo "sft_jargon_study.sh: $*" >&2; exit 2; }
 out=runs/sft_jargon steps=150 extra=()
 while (($#)); do
@@ -30,7 +30,7 @@ while (($#)); do
 done
 build_shadowgrad trainer generate
 data=$out/data
-[[ -s $data/val.sft ]] || "$SHADOWGRAD_ROOT/scripts/prepare_jargon_sft.sh" --out "$data"
+[[ -s $data/val.sft ]] || "$SHADOWGRAD_ROOT/bench/prepare_jargon_sft.sh" --out "$data"
 model=(base_emb_dim=192 base_num_query_heads=6 base_num_kv_heads=2 head_dim=32 base_mlp_dim=512
        base_num_decoder_layers=4 vocab_size=2048 max_target_length=256 dtype=float32 grad_dtype=bfloat16
        per_device_batch_size=4 gradient_accumulation_steps=4 num_threads=2 log_period=10

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The equal-tokens batch-size study's arithmetic (scripts/batch_size_study.sh --study tokens).
+"""The equal-tokens batch-size study's arithmetic (bench/batch_size_study.sh --study tokens).
 
 Usage:
   batch_tokens.py ramp RUN --small B --large B [--seq-len 32]
@@ -231,7 +231,7 @@ def frontier(p0, p1, small, seq_len):
     if base:
         cs = [ceiling(r, small, seq_len) for _, r in sorted(base.items())]
         out.append("Ceiling from the measured noise scale of the fixed B=%d runs (%d seeds; McCandlish et al. 2018's "
-                   "step model with B_simple for B_noise; scripts/lib/batch_tokens.py ceiling()):" % (small, len(cs)))
+                   "step model with B_simple for B_noise; bench/lib/batch_tokens.py ceiling()):" % (small, len(cs)))
         out.append("")
         out.append("| seed run | steps S | S_min | E_min (sequences) | E_min/S_min | B_simple first → last | g² | "
                    "saved at most, any schedule (1 − S_min/S) | saved at most at equal examples ((1 − g²)(1 − S_min/S)) |")

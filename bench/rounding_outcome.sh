@@ -6,7 +6,7 @@
 # Cost: four trainer runs at once (niced), by default a 0.75 M-parameter decoder, 100 steps of 32 x 32 tokens:
 # a few minutes each on a quiet 2-core machine. Finished runs are skipped when re-run.
 #
-# Usage: scripts/rounding_outcome.sh [--out DIR] [--arms LIST] [key=value ...]
+# Usage: bench/rounding_outcome.sh [--out DIR] [--arms LIST] [key=value ...]
 #   --arms: a comma-separated subset of fp32,bf16-nearest,bf16-stochastic,bf16-stochastic-seed1 (default: all).
 #   key=value overrides apply to every arm and replace the study's own value of that key (e.g. dataset_type=tokens
 #   dataset_path=... for a real corpus, steps=N).

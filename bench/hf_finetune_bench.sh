@@ -8,12 +8,12 @@
 # LoRA (docs/lora.md, "Speed"): the arms trainer_lora (lora_rank=R lora_alpha=2R, all seven projections, the base
 # frozen in fp32) and trainer_lora_bf16 (the same, weight_dtype=bfloat16) against peft and peft_compile (the same loop
 # through peft.get_peft_model with the same LoraConfig, AdamW over the adapters), e.g.
-#   scripts/hf_finetune_bench.sh --arms trainer,trainer_lora,peft,peft_compile
+#   bench/hf_finetune_bench.sh --arms trainer,trainer_lora,peft,peft_compile
 # Ratios: peft arms to trainer_lora, trainer_lora(_bf16) to trainer, eager/compile to trainer, within a round. The
 # trainer arms also print where a step's time goes (metrics.jsonl: forward_s, backward_s, fold_s, optimizer_s).
 # Cost: with the defaults (SmolLM2-135M, K=4 x 1 x 512 tokens, 3 steps, 3 rounds, 3 arms) about 15-25 min on 2 cores;
 # each further arm adds about a third (2026-12-04, AMX bf16, loaded: see docs/lora.md).
-# Usage: scripts/hf_finetune_bench.sh [--model DIR] [--tokens FILE] [--rounds N] [--steps N] [--k K] [--arms LIST]
+# Usage: bench/hf_finetune_bench.sh [--model DIR] [--tokens FILE] [--rounds N] [--steps N] [--k K] [--arms LIST]
 #                                     [--lora-rank R]
 #   defaults: models/SmolLM2-135M-Instruct (scripts/prepare_model.sh), data/smol/train.bin
 #   (scripts/prepare_data.sh --model-dir ... --out data/smol), 3 rounds, 3 steps, K=4, arms trainer,eager,compile,
@@ -22,7 +22,7 @@
 #   instead of building build/trainer.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
-source "$(dirname "$0")/lib/setup.sh"
+source "$(dirname "$0")/../scripts/lib/setup.sh"
 model=models/SmolLM2-135M-Instruct tokens=data/smol/train.bin rounds=3 steps=3 k=4 arms=trainer,eager,compile rank=16
 while (($#)); do
   case $1 in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/bench_distributed.sh [--nproc N] [--rounds R] [--single-threads T] [key=value ...]
+# Usage: bench/bench_distributed.sh [--nproc N] [--rounds R] [--single-threads T] [key=value ...]
 # Intent: training throughput of ONE global batch split over 1 process and over N processes on this machine,
 # measured side by side (alternating, R rounds each) so a drift in machine load hits both alike.
 #   1 process:   gradient_accumulation_steps=N, num_threads=T (default 0: all cores)
@@ -18,7 +18,7 @@ while [[ $# -gt 0 && $1 == --* ]]; do
     --nproc) nproc=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --single-threads) single_threads=$2; shift 2 ;;
-    *) echo "usage: scripts/bench_distributed.sh [--nproc N] [--rounds R] [--single-threads T] [key=value ...]" >&2; exit 2 ;;
+    *) echo "usage: bench/bench_distributed.sh [--nproc N] [--rounds R] [--single-threads T] [key=value ...]" >&2; exit 2 ;;
   esac
 done
 trainer=${TRAINER:-$root/build/trainer}

@@ -4,13 +4,13 @@
 # all with the same data, seed and eval set, and tabulates final loss and final eval_loss. More arms (e.g. a
 # stochastic-rounding one) are added with --arm; the runs already finished are skipped, so adding an arm costs one
 # run. With --seeds N every arm is trained N times (init_weights_seed = data_shuffle_seed = 0..N-1, the eval set
-# fixed) and each arm is compared with the first arm at the same seed (scripts/lib/paired_stats.py: mean
+# fixed) and each arm is compared with the first arm at the same seed (bench/lib/paired_stats.py: mean
 # difference, its sd and a 95 % t-interval), because one run per arm cannot tell a carry's effect from seed noise.
 # Cost: one full trainer run per arm and seed (nice -n 10), --jobs at a time: 200 steps of 32 x 128 tokens and 10
-# evaluations of 16384 tokens each; the measured time is in docs/data.md. scripts/grad_dtype_study.sh runs the
+# evaluations of 16384 tokens each; the measured time is in docs/data.md. bench/grad_dtype_study.sh runs the
 # seeded study on a smaller model at several K within about an hour of CPU.
 #
-# Usage: scripts/corpus_study.sh [--data DIR] [--out DIR] [--arm "NAME key=value ..."]... [--no-default-arms]
+# Usage: bench/corpus_study.sh [--data DIR] [--out DIR] [--arm "NAME key=value ..."]... [--no-default-arms]
 #                                [--seeds N] [--jobs J | --parallel] [--last L] [key=value ...]
 #   --data DIR         token files from scripts/prepare_data.sh (default data/kjv; made if missing)
 #   --out DIR          where each run directory goes (default runs/corpus_study)
@@ -173,7 +173,7 @@ for run in "${runs[@]}"; do
 done
 ((${#done_runs[@]} == 0)) || "$repo/scripts/plot.sh" "${done_runs[@]}" --out "$out/loss.png" || true
 if ((seeds >= 2)); then
-  python3 "$repo/scripts/lib/paired_stats.py" --baseline "${arms[0]%% *}" --last "$last" \
+  python3 "$repo/bench/lib/paired_stats.py" --baseline "${arms[0]%% *}" --last "$last" \
     --md "$out/paired.md" --tsv "$out/paired.tsv" --plot "$out/paired.png" "$out" || failed=1
 fi
 exit $failed

@@ -16,7 +16,7 @@
 # Cost: on 2 cores with AMX bf16 (2026-12-04) about 25-40 min for all 18 cells (the 3B and 8B LoRA cells take most),
 # plus any wait for memory; the refusals take seconds each. Peak memory: up to ~18 GiB (the 8B shape with a bf16 base).
 #
-# Usage: scripts/lora_memory_table.sh [--out DIR] [--models LIST] [--columns LIST] [--floor-gib N] [--wait-max S]
+# Usage: bench/lora_memory_table.sh [--out DIR] [--models LIST] [--columns LIST] [--floor-gib N] [--wait-max S]
 #   --models   comma list of smol135m,smol360m,llama1b,smol1.7b,llama3b,llama8b (default all, smallest first)
 #   --columns  comma list of full,lora,lora_bf16 (default all)
 #   --out      results directory (default runs/lora_memory_table); OUT/results.tsv, OUT/table.md, a log per cell
@@ -26,7 +26,7 @@
 # Exit: 0 ok (whatever the cells say); 2 bad usage or a missing model directory.
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
-source "$(dirname "$0")/lib/setup.sh"
+source "$(dirname "$0")/../scripts/lib/setup.sh"
 out=runs/lora_memory_table models=smol135m,smol360m,llama1b,smol1.7b,llama3b,llama8b columns=full,lora,lora_bf16
 floor_gib=1.0 wait_max=1800 real_model=models/SmolLM2-135M-Instruct
 while (($#)); do

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Usage: scripts/gpu_check.sh [--quick] [--out DIR] [--build-dir DIR] [--no-build] [--deadline SECONDS] | --help
+# Usage: bench/gpu_check.sh [--quick] [--out DIR] [--build-dir DIR] [--no-build] [--deadline SECONDS] | --help
 # Intent: the check of the GPU machine (issue 28, docs/gpu-check.md), in one call of the device tool. It builds
 # shadowgrad in Release against that machine's own torch (python3's), with the Debian packages carried as .debs
-# (scripts/lib/gpu_packages.sh) unpacked beside it; runs the ctest label `cuda`; runs fold_bandwidth --device cuda;
+# (bench/lib/gpu_packages.sh) unpacked beside it; runs the ctest label `cuda`; runs fold_bandwidth --device cuda;
 # then runs the trainer (hardware=cuda) and bench/peer.py --device cuda --compile (the same model under torch.compile,
 # bf16 autocast) one after the other on the seed model (configs/seed.yml) and on a 1.1B-parameter model (TinyLlama's
 # shape: emb 2048, 22 layers, 32 q heads of 64, 4 kv heads, MLP 5632, vocab 32000, seq 2048; bf16), and prints
@@ -275,14 +275,14 @@ else
   prime_pid=""
 fi
 
-# Phase: the carried Debian packages, unpacked (scripts/lib/gpu_packages.sh), and the CMake arguments that use them.
+# Phase: the carried Debian packages, unpacked (bench/lib/gpu_packages.sh), and the CMake arguments that use them.
 # Inside the build folder: its cache and the binaries' rpath name this folder, so it must outlive the script.
 pkgroot=$build/debian-packages
 cmake_args=(-DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$py")
 prefix=$("$py" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 if ((build_it)); then
   if compgen -G "$pkgs/*.deb" >/dev/null; then
-    if run_phase packages 30 "$logs/packages.log" bash "$root/scripts/lib/gpu_packages.sh" unpack "$pkgs" "$pkgroot"; then
+    if run_phase packages 30 "$logs/packages.log" bash "$root/bench/lib/gpu_packages.sh" unpack "$pkgs" "$pkgroot"; then
       usr=$pkgroot/usr
       libdir=$usr/lib/x86_64-linux-gnu
       prefix="$prefix;$usr"
@@ -304,7 +304,7 @@ if ((build_it)); then
       row packages "$ph_status" "$ph_s" "$(why_failed "$logs/packages.log"); building with the system's packages"
     fi
   else
-    row packages "not carried" 0 "no .deb in ${pkgs#"$root"/}: the system's packages (scripts/lib/gpu_packages.sh download makes them)"
+    row packages "not carried" 0 "no .deb in ${pkgs#"$root"/}: the system's packages (bench/lib/gpu_packages.sh download makes them)"
   fi
   cmake_args+=(-DCMAKE_PREFIX_PATH="$prefix")
 

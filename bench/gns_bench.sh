@@ -7,7 +7,7 @@
 # Cost: 2 x PAIRS runs of STEPS steps; a step took 4-29 s on the shared 2-core machine (load ~22), so
 # --pairs 5 --steps 8 took 17 min there (docs/batch-size.md); the defaults (7 pairs of 30 steps) need a quiet machine.
 #
-# Usage: scripts/gns_bench.sh [--pairs N] [--steps N] [--out DIR] [key=value ...]
+# Usage: bench/gns_bench.sh [--pairs N] [--steps N] [--out DIR] [key=value ...]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 pairs=7 steps=30

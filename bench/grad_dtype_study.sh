@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Intent: the grad_dtype question with error bars. Does a bf16 GA carry cost held-out loss on the KJV corpus, at
-# which K, and does stochastic rounding buy it back? Runs scripts/corpus_study.sh --seeds N at each K with the arms
+# which K, and does stochastic rounding buy it back? Runs bench/corpus_study.sh --seeds N at each K with the arms
 # fp32 (the baseline), bf16 (round to nearest), bf16sr (stochastic rounding) and, with --fp16, fp16; then
-# scripts/lib/paired_stats.py pairs every arm with fp32 at the same seed and K (mean difference of eval_loss, its sd,
+# bench/lib/paired_stats.py pairs every arm with fp32 at the same seed and K (mean difference of eval_loss, its sd,
 # 95 % t-interval) into DIR/paired.md and DIR/paired.png. Every run logs grad_rel_error 10 times.
 # Cost: a small model (emb 64, 2 layers, vocab 4096: 0.65 M parameters; seq 32, one sequence per microbatch) so
 # that K=1024 fits: per seed and arm 300 steps at K=32, 60 at K=256 and 20 at K=1024 (9600 + 15360 + 20480
 # microbatches), 26-28 + 38-42 + 52-56 CPU-seconds on the 2-core EPYC of docs/numerics.md: 3 arms x 5 seeds is
 # about 30 CPU-minutes. Runs already finished are skipped, so the study can be stopped, re-run and grown.
 #
-# Usage: scripts/grad_dtype_study.sh [--seeds N] [--ks "32 256 1024"] [--fp16] [--out DIR] [--data DIR]
+# Usage: bench/grad_dtype_study.sh [--seeds N] [--ks "32 256 1024"] [--fp16] [--out DIR] [--data DIR]
 #                                    [--jobs J] [key=value ...]
 #   --seeds N   seeds 0..N-1 per arm and K (default 5)
 #   --ks LIST   the Ks, from 32, 256 and 1024 (default all three; each has its own step count, see below)
@@ -59,7 +59,7 @@ for k in $ks; do
   [[ -n ${steps_at[$k]:-} ]] || die "K=$k has no step count here (choose from ${!steps_at[*]})"
   s=${steps_at[$k]} every=$((steps_at[$k] / 10))
   echo "== K=$k: $s steps, $seeds seeds"
-  "$repo/scripts/corpus_study.sh" --no-default-arms "${arms[@]}" --seeds "$seeds" --jobs "$jobs" --data "$data" \
+  "$repo/bench/corpus_study.sh" --no-default-arms "${arms[@]}" --seeds "$seeds" --jobs "$jobs" --data "$data" \
     --out "$out/k$k" "${model[@]}" "gradient_accumulation_steps=$k" "steps=$s" "eval_interval=$every" \
     "grad_fidelity_period=$every" "checkpoint_period=$((s / 2))" "${common[@]}" || failed=1
 done
@@ -67,7 +67,7 @@ done
 # grown one K or one seed count at a time.
 dirs=()
 for d in "$out"/k*/; do dirs+=("${d%/}"); done
-python3 "$repo/scripts/lib/paired_stats.py" --baseline fp32 --md "$out/paired.md" --tsv "$out/paired.tsv" \
+python3 "$repo/bench/lib/paired_stats.py" --baseline fp32 --md "$out/paired.md" --tsv "$out/paired.tsv" \
   --plot "$out/paired.png" "${dirs[@]}" || failed=1
 # The study's CPU time: every trainer run's user + system seconds.
 for d in "${dirs[@]}"; do cat "$d"/*.cpu 2>/dev/null || true; done | awk '{ t += $1 + $2; n++ } END { printf "CPU time: %.0f s (%.1f min) over %d runs\n", t, t / 60, n }' |

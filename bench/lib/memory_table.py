@@ -1,4 +1,4 @@
-"""Formats the runs of scripts/memory_table.sh as Markdown tables with a PASS/FAIL check per row.
+"""Formats the runs of bench/memory_table.sh as Markdown tables with a PASS/FAIL check per row.
 
 Usage: memory_table.py RUNS_DIR   (exit 1 if any row fails)
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/resume_parity.sh [--steps N] [key=value ...]
+# Usage: bench/resume_parity.sh [--steps N] [key=value ...]
 # Intent: the parity figures of docs/distributed.md for resuming at another process count. For each case a run is
 # trained N/2 steps at WORLD_SIZE=W, then resumed to N at W' with the same global batch (per_device_batch_size x K x
 # WORLD_SIZE = 8), and its losses are compared step by step with N straight steps at W (compare_runs: max relative

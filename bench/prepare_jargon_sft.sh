@@ -4,13 +4,13 @@
 # SentencePiece tokenizer trained on them (build/tokenize), and the two SFT files for dataset_type=sft.
 # Cost: apt-get of ~0.6 MB the first time; ~2300 entries; tokenizer training and encoding take ~20 s on 2 cores.
 #
-# Usage: scripts/prepare_jargon_sft.sh [--out DIR] [--vocab-size N]
+# Usage: bench/prepare_jargon_sft.sh [--out DIR] [--vocab-size N]
 #   --out DIR         where train.jsonl, val.jsonl, tokenizer.model, train.sft and val.sft go (default data/jargon)
 #   --vocab-size N    SentencePiece pieces (default 2048); the trainer then needs vocab_size=N
 # Prints the trainer command to use.
 # Exit: 0 ok; 1 failure; 2 bad usage.
 set -euo pipefail
-source "$(dirname "$0")/lib/setup.sh"
+source "$(dirname "$0")/../scripts/lib/setup.sh"
 die() { echo "prepare_jargon_sft.sh: $*" >&2; exit 2; }
 out=data/jargon vocab=2048
 while (($#)); do

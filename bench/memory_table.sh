@@ -6,7 +6,7 @@
 # Cost: 6 trainer runs of 3 steps each, one after another: about 1-3 s per step on an idle 2-core machine, so
 # about 1 minute (more when other jobs share the cores). Finished runs are skipped when it is re-run.
 #
-# Usage: scripts/memory_table.sh [--out DIR] [key=value ...]
+# Usage: bench/memory_table.sh [--out DIR] [key=value ...]
 #   Runs go to DIR/<name> (default: a fresh temporary directory); extra key=value overrides apply to every run and
 #   replace the seed model's value of the same key, e.g. `base_emb_dim=64 vocab_size=256` for a quick small table.
 #   The keys the table varies (gradient_accumulation_steps, per_device_batch_size, grad_dtype, hoist_weight_cast,
@@ -63,5 +63,5 @@ run ga1_b4_bf16 3 gradient_accumulation_steps=1 per_device_batch_size=4 grad_dty
 # (one cast per microbatch).
 run ga2_b1_bf16_nohoist 3 gradient_accumulation_steps=2 per_device_batch_size=1 grad_dtype=bfloat16 hoist_weight_cast=false
 
-echo "<!-- scripts/memory_table.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), runs in $out -->"
-exec python3 "$repo/scripts/lib/memory_table.py" "$out"
+echo "<!-- bench/memory_table.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), runs in $out -->"
+exec python3 "$repo/bench/lib/memory_table.py" "$out"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fixed-batch frontier of scripts/batch_size_study.sh and where growing-batch candidates lie against it.
+"""The fixed-batch frontier of bench/batch_size_study.sh and where growing-batch candidates lie against it.
 
 Usage: batch_frontier.py RESULTS_TSV [--md FILE] [--plot-data DIR] [--reps N] [--goal 0.25]
   RESULTS_TSV has one row per run: arm, batch (0 for a candidate), seed, steps_to_target, examples_to_target (NA

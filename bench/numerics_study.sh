@@ -8,7 +8,7 @@
 # six trees: sum(K) = 85 passes per seed for the default --model-k; 2 seeds took 50 min on a busy shared 2-core
 # machine (2026-11-30), much less on a quiet one. --model-k 1,4,16,64,256,1024 adds 1280 passes per seed.
 #
-# Usage: scripts/numerics_study.sh [--out DIR] [--seeds N] [--model-k LIST] [--stagnation-seeds N] [--k LIST]
+# Usage: bench/numerics_study.sh [--out DIR] [--seeds N] [--model-k LIST] [--stagnation-seeds N] [--k LIST]
 #                                  [--cases model,stagnation] [key=value ...]
 #   --seeds / --model-k: the model case (default 2 seeds, K = 1,4,16,64); --stagnation-seeds / --k: the
 #   stagnation case (default 16 seeds, K = 1,4,16,64,256,1024). key=value overrides go to the model's config
@@ -18,7 +18,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-source "$here/lib/setup.sh"
+source "$here/../scripts/lib/setup.sh"
 
 out=runs/numerics seeds=2 model_ks=1,4,16,64 stagnation_seeds=16 ks=1,4,16,64,256,1024 cases=model,stagnation
 overrides=()

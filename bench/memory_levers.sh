@@ -6,8 +6,8 @@
 # Cost: about 17 trainer runs of 3 steps and one peer run: ~5 min on a quiet 2-core machine.
 set -euo pipefail
 source "$(dirname "$0")/lib/args.sh"
-help_with_python "$0" "$(dirname "$0")/../bench/memory_levers.py" "$@"
-source "$(dirname "$0")/lib/setup.sh"
+help_with_python "$0" "$(dirname "$0")/memory_levers.py" "$@"
+source "$(dirname "$0")/../scripts/lib/setup.sh"
 install_missing_packages
 build_shadowgrad trainer >&2
 exec "$SHADOWGRAD_PYTHON" "$SHADOWGRAD_ROOT/bench/memory_levers.py" "$@"

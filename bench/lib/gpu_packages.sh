@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Usage: scripts/lib/gpu_packages.sh download [DIR]      here, where apt works: the .debs the build needs, into DIR
-#        scripts/lib/gpu_packages.sh unpack DIR ROOT     there, on the GPU machine: each .deb of DIR unpacked into ROOT
+# Usage: bench/lib/gpu_packages.sh download [DIR]      here, where apt works: the .debs the build needs, into DIR
+#        bench/lib/gpu_packages.sh unpack DIR ROOT     there, on the GPU machine: each .deb of DIR unpacked into ROOT
 # Intent: the GPU machine (docs/gpu-check.md) has no package sources, so the Debian packages that CMake finds
 # (CLI11, spdlog, fmt, Catch2, yaml-cpp, zlib, SentencePiece, gloo's headers) travel with the working tree as .debs
-# and are unpacked there into a folder of their own (never into /), which scripts/gpu_check.sh then hands to CMake
+# and are unpacked there into a folder of their own (never into /), which bench/gpu_check.sh then hands to CMake
 # (CMAKE_PREFIX_PATH, the standard include and link directories, an rpath). The list is setup.sh's, less what the
 # GPU machine has or the build does not need there: every -dev package and catch2, plus each one's own runtime
 # library (libfmt9, libspdlog1.10, ...), read off apt's dependencies so that a Debian upgrade changes no name here.

@@ -11,14 +11,14 @@
 #     ramp (batch_size_lr_scaling sqrt and none), x {2, 4} for the other batches of --batches;
 #   - phase 1 (--seeds, paired by seed): fixed --small, fixed --large, the ramp between them, and
 #     batch_size_policy=gns from --small with margins --margins and >= --spacing steps between changes; each at the LR
-#     phase 0 found best (gns: the ramp's); scripts/lib/paired_stats.py compares the final held-out losses;
+#     phase 0 found best (gns: the ramp's); bench/lib/paired_stats.py compares the final held-out losses;
 #   - phase 2: every candidate against the fixed-batch points (final loss against steps) and against the ceiling
-#     computed from the small batch's measured noise-scale trajectory (scripts/lib/batch_tokens.py).
+#     computed from the small batch's measured noise-scale trajectory (bench/lib/batch_tokens.py).
 #   The ramp (--ramp; by default derived from phase 0's --small run): doubles from --small when that run's measured
 #   B_simple passed the batch, up to --large.
 # --study frontier: the earlier study (2026-12-02): steps and examples to a target eval loss for fixed batches 8..512
 #   and two growing candidates, bf16, LR rule lr(B) = LR8 sqrt(B/8) capped at 1e-2, constant; fits McCandlish's
-#   S = S_min + E_min/B (scripts/lib/batch_frontier.py). Its options are listed under "frontier" below.
+#   S = S_min + E_min/B (bench/lib/batch_frontier.py). Its options are listed under "frontier" below.
 # Cost: --study tokens, default arguments: 20 phase-0 runs and 15 in phase 1 (3 seeds; seed 0 reuses phase 0), each
 # 262 144 tokens and about 20 s of CPU (fp32, one thread, AMD EPYC): about 12 CPU-minutes, under 10 minutes on a
 # quiet 2-core machine. Measured 2026-12-03 on a 2-core AMD EPYC shared with two helpers compiling C++: 37 runs (the
@@ -26,7 +26,7 @@
 # 5-8 minutes each. --study frontier: 27 runs, 9 min 10 s on a quiet 2-core Xeon. Finished runs are skipped (one
 # directory per run; DIR/RUN.done marks it finished).
 #
-# Usage: scripts/batch_size_study.sh [--study tokens|frontier] [--data DIR] [--out DIR] [--seeds "0 1 2"] [--jobs N]
+# Usage: bench/batch_size_study.sh [--study tokens|frontier] [--data DIR] [--out DIR] [--seeds "0 1 2"] [--jobs N]
 #                                   [--report-only] [key=value ...]
 #   tokens:   [--phases "0 1 2"] [--tokens N] [--batches "16 32 64 128"] [--lr16 LR] [--mults L] [--middle-mults L]
 #             [--small B] [--large B] [--ramp SCHEDULE] [--margins "2 4 8"] [--spacing N] [--nice N]
@@ -66,7 +66,7 @@ for ((i = 1; i <= $#; i++)); do
   fi
 done
 case $study in
-tokens) exec "$repo/scripts/lib/batch_tokens_study.sh" "$@" ;;
+tokens) exec "$repo/bench/lib/batch_tokens_study.sh" "$@" ;;
 frontier) ;;
 *)
   echo "batch_size_study.sh: --study must be tokens or frontier, not '$study'" >&2
@@ -233,9 +233,9 @@ for seed in $seeds; do
 done
 cat "$results" >&2
 
-# The frontier and the candidates against it, with intervals (scripts/lib/batch_frontier.py).
+# The frontier and the candidates against it, with intervals (bench/lib/batch_frontier.py).
 frontier_rc=0
-/usr/bin/python3 "$repo/scripts/lib/batch_frontier.py" "$results" --md "$out/frontier.md" --plot-data "$out/plot" ||
+/usr/bin/python3 "$repo/bench/lib/batch_frontier.py" "$results" --md "$out/frontier.md" --plot-data "$out/plot" ||
   frontier_rc=$?
 read -r s_min e_min <"$out/plot/frontier.dat" 2>/dev/null || { s_min=NA e_min=NA; }
 b_crit=$(awk -v s="$s_min" -v e="$e_min" 'BEGIN { if (s == "NA" || s <= 0) print "NA"; else printf "%.4g", e / s }')

@@ -3,7 +3,7 @@
 baseline's by more than seed noise?
 
 Usage: paired_stats.py [--baseline fp32] [--last 3] [--pool-k] [--md FILE] [--tsv FILE] [--plot FILE.png] STUDY_DIR...
-  Each STUDY_DIR holds run directories named ARM-seedS (scripts/corpus_study.sh --seeds). Runs are grouped by
+  Each STUDY_DIR holds run directories named ARM-seedS (bench/corpus_study.sh --seeds). Runs are grouped by
   gradient_accumulation_steps (K, from the run's config.yml) and arm. For every arm and K, each seed's run is
   paired with the baseline's run at the same seed and K, and two differences are taken (arm minus baseline):
     - the final eval_loss;
@@ -11,7 +11,7 @@ Usage: paired_stats.py [--baseline fp32] [--last 3] [--pool-k] [--md FILE] [--ts
   Reported per arm and K: the number of pairs n, the mean difference, its sample sd, and the 95 % t-interval
   mean +- t(0.975, n-1) sd / sqrt(n). An interval that contains 0 reads "no difference detectable at +-X", X being
   its half-width. Beside each arm: the mean grad_rel_error (grad_fidelity_period) over all its runs' measured steps.
-  --pool-k: one group whatever K (for arms whose K differs or changes, e.g. scripts/batch_size_study.sh);
+  --pool-k: one group whatever K (for arms whose K differs or changes, e.g. bench/batch_size_study.sh);
   --md: the table in Markdown; --tsv: every pair's differences; --plot: a PNG of every seed's difference (gnuplot).
 Standard library only (any python3): the study must not need anything the trainer does not.
 """

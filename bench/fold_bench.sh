@@ -6,7 +6,7 @@
 # the first (warm-up); the table gives the median and range over runs of each run's median step.
 # Cost: 2 x PAIRS runs of STEPS steps of the seed model (about 2 s a step on a quiet 2-core machine; PAIRS=3, STEPS=4).
 #
-# Usage: scripts/fold_bench.sh [--pairs N] [--steps N] [--out DIR] [key=value ...]
+# Usage: bench/fold_bench.sh [--pairs N] [--steps N] [--out DIR] [key=value ...]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/args.sh"
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
