@@ -5,6 +5,7 @@
 #     1e-5 relative (fp32), packed and unpacked, sigmoid with the NLL term;
 #   - resume: 2 processes trained 3 steps then resumed to 6 give bitwise the 6 straight steps' losses (the reference
 #     read back from the run directory), and 1 process resumes a 2-process checkpoint (1e-5);
+#   - per_device_batch_size=auto fits pairs (the same losses as one batch, 1e-5);
 #   - a resume with another pair file exits 2; LoRA: K=4 against one batch (1e-5);
 #   - metrics.jsonl has TRL's quantities; step 1's loss is log 2 (the reference is the model at step 0).
 # Cost: 12 trainer runs of the tiny model (2 layers, 32 wide) of 3-6 steps, 3 of them on 2 processes: ~60 s on 2 cores.
@@ -81,6 +82,11 @@ assert rows[0]["rewards_chosen"] == 0 and rows[0]["rewards_margin"] == 0
 assert rows[0]["loss"] > math.log(2)
 assert rows[-1]["rewards_margin"] > 0, "the margin should grow on learnable chosen answers"
 PY
+
+echo "== per_device_batch_size=auto fits pairs: the same global batch of 8, the same steps"
+run auto_fit 0 6 packing=true per_device_batch_size=auto global_batch_size=8
+grep -q "pdbs=auto: " "$tmp/auto_fit.log" || fail "no line about the fitted microbatch"
+close auto_fit big_true loss 1e-5
 
 echo "== resume: 3 steps then 6 (2 processes) bitwise against 6 straight; then 1 process from a 2-process checkpoint"
 ck=(checkpoint_period=3 learning_rate_schedule_steps=6)
