@@ -16,6 +16,7 @@
 #include "train/BatchSizePolicy.h"
 #include "train/Evaluator.h"
 #include "train/MetricsWriter.h"
+#include "train/TensorBoardWriter.h"
 #include "train/NonFiniteGuard.h"
 #include "train/Progress.h"
 #include "train/Signals.h"
@@ -76,6 +77,7 @@ class StepLoop {
       std::filesystem::remove(start.dir->file("summary.json"), ec);  // present only if a finished run is extended
       write_file_atomically(start.dir->file("config.yml"), config::to_yaml(cfg));
       metrics_.emplace(start.dir->file("metrics.jsonl"));
+      if (cfg.enable_tensorboard) tensorboard_.emplace(start.dir->file("tensorboard"), start.state.step + 1);
       evaluator.samples().open(start.dir->file("samples.jsonl"), start.dir->file("hf"));
     }
     summary_.run_dir = start.dir ? start.dir->path() : "";
@@ -164,6 +166,7 @@ class StepLoop {
       for (const auto& field : evaluator_.last_preference()->metrics("eval_")) fields.push_back(field);
     if (evaluated && evaluator_.samples().enabled()) fields.push_back({"samples_s", samples_s});
     metrics_->write(fields);
+    if (tensorboard_) tensorboard_->write(s + 1, fields);
     const double eta = summary_.seconds / double(s + 1 - earlier_steps_) * double(cfg_.steps - s - 1);
     const double shown_eval = std::isnan(summary_.eval_loss) ? -1 : summary_.eval_loss;
     ProgressLine line{s + 1, st.loss, st.grad_norm, st.lr, st.input_tokens / st.seconds, eta, peak, shown_eval,
@@ -211,6 +214,7 @@ class StepLoop {
   c10::Device device_;
   BatchSizePolicy& policy_;
   std::optional<MetricsWriter> metrics_;  // rank 0 only
+  std::optional<TensorBoardWriter> tensorboard_;  // rank 0, enable_tensorboard: the same lines as scalars
   Progress progress_;
   NonFiniteGuard guard_;
   RunSummary summary_;
