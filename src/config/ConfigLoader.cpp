@@ -220,6 +220,11 @@ void validate(const Config& c) {
     fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text or tokens to use it",
                      c.dataset_path));
   validate_eval(c);
+  if (c.keep_best_checkpoint && !c.enable_checkpointing)
+    fail("keep_best_checkpoint=true keeps a checkpoint, and enable_checkpointing=false writes none");
+  if (c.keep_best_checkpoint && c.eval_interval <= 0 && c.eval_interval_sequences <= 0)
+    fail("keep_best_checkpoint=true keeps the checkpoint of the lowest eval_loss, and no evaluation is scheduled: set "
+         "eval_interval=N (and eval_dataset_path)");
   validate_batch_growth(c);
   validate_lr_schedule(c);
   if (c.eval_interval > 0 && c.eval_interval_sequences > 0)
