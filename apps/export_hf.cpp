@@ -20,6 +20,7 @@
 #include "hub/ExportSurvival.h"
 #include "hub/PeftAdapter.h"
 #include "model/Decoder.h"
+#include "model/WeightCount.h"
 #include "util/Errors.h"
 
 namespace {
@@ -35,6 +36,7 @@ int export_run(const std::string& run_dir, const std::string& out_dir, int64_t s
     throw sg::InputError(fmt::format("{}: no config.yml: not a run directory", run_dir));
   // The run's own config: its model keys already hold the shape load_parameters_path gave it.
   auto cfg = sg::config::load_config(config_path, {});
+  sg::model::refuse_weights_beyond_headroom(sg::model::DecoderOptions::from_config(cfg), run_dir);  // before building
   sg::model::Decoder model(sg::model::DecoderOptions::from_config(cfg));
   // The weights alone (no optimizer state), and nothing in the run directory touched: a trainer may be writing it.
   step = sg::checkpoint::load_weights(run_dir, step, *model);

@@ -25,12 +25,11 @@
 #include "config/ConfigWriter.h"
 #include "config/GlobalBatch.h"
 #include "distributed/Environment.h"
-#include "hub/Import.h"
-#include "hub/PeftAdapter.h"
 #include "memory/MemoryReport.h"
 #include "memory/TrackingAllocator.h"
 #include "train/ComputeDtype.h"
 #include "train/MemoryProbe.h"
+#include "train/RunSources.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
 #include "train/TrainStep.h"
@@ -146,10 +145,9 @@ int main(int argc, char** argv) {
   try {
     auto path = shadowgrad::config::resolve_config_path(config_arg, configs_dir());
     auto cfg = shadowgrad::config::load_config(path, overrides);
-    // A Hugging Face model directory sets the model's shape (docs/huggingface.md).
-    if (!cfg.load_parameters_path.empty()) shadowgrad::hub::configure_from_model_dir(cfg);
-    // A peft adapter directory sets the LoRA keys (docs/lora.md).
-    if (!cfg.lora_restore_path.empty()) shadowgrad::hub::configure_from_adapter_dir(cfg);
+    // A Hugging Face model directory sets the model's shape (docs/huggingface.md), a peft adapter directory the LoRA
+    // keys (docs/lora.md); a resume takes both from what the run recorded.
+    shadowgrad::train::configure_from_sources(cfg);
     // Before anything is written: a global_batch_size that this process count cannot split is bad input.
     shadowgrad::config::derive_accumulation_steps(cfg,
                                                   shadowgrad::distributed::ProcessEnvironment::from_environment().world_size);

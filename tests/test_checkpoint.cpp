@@ -164,7 +164,8 @@ TEST_CASE("a manifest round-trips, and one flipped byte in it is caught", "[chec
   m.data_position = m.lr_schedule_position = 7;
   m.optimizer_updates = 5;
   m.config_fingerprint = "00ff";
-  m.frozen = {{"vocab_size", "64"}};
+  // A frozen string key's value is itself quoted, as the config prints it (lora_target_modules).
+  m.frozen = {{"vocab_size", "64"}, {"lora_target_modules", "\"q_proj,v_proj\""}};
   m.files = {{"model.pt", 123, "deadbeef"}};
   const std::string text = m.to_text();
   auto back = checkpoint::Manifest::parse(text, "m.yml");
@@ -647,7 +648,7 @@ TEST_CASE("kill -9 at random points while checkpoints are written never loses th
   resume_and_compare(base, "checkpoint_period=1 steps=" + std::to_string(k + 2), k + 2);
 }
 
-TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite in a row exits 3", "[nan]") {
+TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite in a row or every step exits 3", "[nan]") {
   const std::string base = tp::fresh_dir("nan");
   auto ok = tp::run_command("SHADOWGRAD_TEST_NAN_STEPS=3:2 " + std::string(TRAINER_BIN) + " " +
                             tp::tiny_run_args(base, "ok", "steps=6 max_consecutive_nonfinite=3"));
@@ -664,6 +665,14 @@ TEST_CASE("non-finite steps are skipped and counted, max_consecutive_nonfinite i
   CHECK_THAT(stop.output, Catch::Contains("error: steps 2..4 all had a non-finite loss or gradient norm "
                                           "(max_consecutive_nonfinite=3)"));
   CHECK(tp::lines(base + "/stop/metrics.jsonl").size() == 4);
+
+  // Every step non-finite but fewer than the limit: the run trained nothing, and says so with exit 3 (the "ok" run
+  // above, with 2 of 6 skipped, is the control that exits 0).
+  auto none = tp::run_command("SHADOWGRAD_TEST_NAN_STEPS=1:3 " + std::string(TRAINER_BIN) + " " +
+                              tp::tiny_run_args(base, "none", "steps=3 max_consecutive_nonfinite=5"));
+  INFO(none.output);
+  CHECK(none.code == 3);
+  CHECK_THAT(none.output, Catch::Contains("error: every one of the run's 3 steps had a non-finite loss"));
 }
 
 TEST_CASE("a full disk during a checkpoint write: a clear error, and the earlier checkpoint survives", "[disk][can_skip]") {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include <sys/resource.h>
@@ -19,6 +20,7 @@
 #include "memory/MemoryReport.h"
 #include "memory/TrackingAllocator.h"
 #include "model/Decoder.h"
+#include "model/WeightCount.h"
 #include "train/MemoryProbe.h"
 #include "train/TrainStep.h"
 
@@ -70,6 +72,49 @@ TEST_CASE("the footprint from the config is what the model and a step hold", "[f
   CHECK(f.optimizer_state == r.optimizer_state_bytes);
   CHECK(f.weight_casts == r.weight_cast_cache_bytes);
   if (std::string(v.name) == "hoisted bf16 casts") CHECK(f.weight_casts > 0);  // the case is not vacuous
+}
+
+TEST_CASE("the weight count: the decoder's weights, a crafted rank saturates, a rank above a side is warned about",
+          "[footprint]") {
+  auto cfg = tiny_config();  // emb 32, q 2 x 16, kv 1 x 16, mlp 64, 2 layers
+  cfg.lora_rank = 4;
+  model::Decoder model(model::DecoderOptions::from_config(cfg));
+  const model::WeightCount n = model::count_weights(model->options());
+  // The base is the frozen buffers but the RoPE tables and the causal mask (the LoRA log line's figure).
+  int64_t base = 0, all_buffers = 0;
+  for (const auto& item : model->named_buffers()) {
+    all_buffers += item.value().numel();
+    if (item.key() != "rope_cos" && item.key() != "rope_sin" && item.key() != "causal_mask") base += item.value().numel();
+  }
+  CHECK(n.base == base);
+  CHECK(all_buffers > base);  // so the check above can tell the two apart
+  int64_t adapters = 0;
+  for (const auto& p : model->parameters()) adapters += p.numel();
+  CHECK(n.adapters == adapters);
+
+  // A crafted rank: 2 layers x 2^60 x (32 + 32) wraps int64 to 0 adapters in unchecked arithmetic, which would fit.
+  cfg.lora_rank = int64_t(1) << 60;
+  const auto crafted = model::DecoderOptions::from_config(cfg);
+  CHECK(model::count_weights(crafted).adapters == std::numeric_limits<int64_t>::max());
+  CHECK(train::footprint_from_config(cfg, 1).total() == std::numeric_limits<int64_t>::max());
+  CHECK_THROWS_WITH(train::refuse_what_cannot_fit(cfg, c10::Device(c10::kCPU), 1),
+                    Catch::Contains("the model does not fit, found before allocating it"));
+  CHECK_THROWS_WITH(model::refuse_weights_beyond_headroom(crafted, "crafted"),
+                    Catch::Contains("crafted: its weights alone take") &&
+                        Catch::Contains("more than this process may take"));
+  cfg.lora_rank = 1000000000;  // adapter_config.json's r: 10^9, 4.1 TB of fp32 adapters on this tiny base
+  CHECK_THROWS_WITH(model::refuse_weights_beyond_headroom(model::DecoderOptions::from_config(cfg), "r=1e9"),
+                    Catch::Contains("r=1e9: its weights alone take"));
+  cfg.lora_rank = 4;
+  CHECK_NOTHROW(model::refuse_weights_beyond_headroom(model::DecoderOptions::from_config(cfg), "the control"));
+
+  // k_proj and v_proj are 16 x 32: r=17 is above their smaller side, r=16 is not; q_proj (32 x 32) takes 32.
+  cfg.lora_rank = 17;
+  CHECK_THAT(model::lora_rank_warning(model::DecoderOptions::from_config(cfg)),
+             Catch::Contains("LoRA r=17 is above the smaller side of k_proj (16 x 32), v_proj (16 x 32)") &&
+                 !Catch::Contains("q_proj"));
+  cfg.lora_rank = 16;
+  CHECK(model::lora_rank_warning(model::DecoderOptions::from_config(cfg)).empty());
 }
 
 TEST_CASE("the footprint's activations are at most what a probe measures per sequence", "[footprint]") {

@@ -119,6 +119,16 @@ void write_adapter(const fs::path& dir, const json& config, const Tensors& tenso
   hub::write_safetensors((dir / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
 }
 
+// tiny.yml with `overrides` given, configured from the adapter directory `dir` (lora_restore_path).
+config::Config configure_from(const fs::path& dir, const std::vector<std::string>& overrides) {
+  auto c = tiny_config();
+  c.given_keys.clear();
+  config::apply_overrides(c, overrides);
+  c.lora_restore_path = dir.string();
+  hub::configure_from_adapter_dir(c);
+  return c;
+}
+
 // The message of the InputError `f` throws ("" when it throws none).
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -240,14 +250,7 @@ TEST_CASE("adapter_config.json sets the LoRA keys, and a given key with another 
   auto j = peft_config();
   j["use_rslora"] = true;
   util::write_file_atomically((dir / "adapter_config.json").string(), j.dump());
-  auto configure = [&](const std::vector<std::string>& overrides) {
-    auto c = tiny_config();
-    c.given_keys.clear();
-    config::apply_overrides(c, overrides);
-    c.lora_restore_path = dir.string();
-    hub::configure_from_adapter_dir(c);
-    return c;
-  };
+  auto configure = [&](const std::vector<std::string>& overrides) { return configure_from(dir, overrides); };
   const auto c = configure({});
   CHECK(c.lora_rank == 4);
   CHECK(c.lora_alpha == 8);
@@ -271,6 +274,30 @@ TEST_CASE("adapter_config.json sets the LoRA keys, and a given key with another 
   auto bad = tiny_config();
   bad.lora_restore_path = (dir / "nowhere").string();
   CHECK_THROWS_AS(hub::configure_from_adapter_dir(bad), ConfigError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("adapter_config.json's values pass the range checks of the keys they set, and its lora_dropout is the default",
+          "[peft]") {
+  const auto dir = peft_scratch("ranges");
+  const std::string file = (dir / "adapter_config.json").string();
+  auto configure = [&](const json& j, const std::vector<std::string>& overrides = {}) {
+    util::write_file_atomically(file, j.dump());
+    return configure_from(dir, overrides);
+  };
+  auto j = peft_config();
+  j["lora_alpha"] = 1e308;  // passed both readers before: every loss NaN, every generated token 0
+  CHECK_THAT(error_of([&] { configure(j); }), Catch::Contains(file + ": lora_alpha = 1e+308: out of the range of "
+                                                                     "lora_alpha"));
+  CHECK_THROWS_AS(configure(j), hub::ModelFileError);
+  j["lora_alpha"] = 1e6;  // the control: lora_alpha's own upper end is read
+  CHECK(configure(j).lora_alpha == 1e6);
+  j = peft_config();
+  j["lora_dropout"] = 0.1;
+  CHECK(configure(j).lora_dropout == 0.1);
+  CHECK(configure(j, {"lora_dropout=0.2"}).lora_dropout == 0.2);  // a given lora_dropout wins, without an error
+  j["lora_dropout"] = 1.5;
+  CHECK_THAT(error_of([&] { configure(j); }), Catch::Contains(file + ": lora_dropout = 1.5: out of the range"));
   fs::remove_all(dir);
 }
 
@@ -469,7 +496,7 @@ TEST_CASE("base record: a base that changed under a LoRA run is named, and the s
   auto verify = [&] { return error_of([&] { hub::verify_base_record(base.string(), run.string()); }); };
   // Another name of the same length: the same size, another header.
   hub::write_safetensors(file, weights(1, "model.embed_tokens.weighT"), {{"format", "pt"}});
-  CHECK_THAT(verify(), Catch::Contains(file + ": its safetensors header") && Catch::Contains("restore that base"));
+  CHECK_THAT(verify(), Catch::Contains(file + ": its safetensors header") && Catch::Contains("put that base back"));
   // The same header, another first value.
   hub::write_safetensors(file, weights(2, "model.embed_tokens.weight"), {{"format", "pt"}});
   CHECK_THAT(verify(), Catch::Contains(file + ": its weights changed"));
@@ -483,6 +510,17 @@ TEST_CASE("base record: a base that changed under a LoRA run is named, and the s
   util::write_file_atomically((base / "model.safetensors.index.json").string(), "{}");
   CHECK_THAT(verify(), Catch::Contains("model.safetensors.index.json: appeared since the run began"));
   fs::remove(base / "model.safetensors.index.json");
+  // Where a resume, export_hf and generate read the base: the recorded absolute path while it is there, whatever
+  // (relative, from another directory) load_parameters_path says; a base moved since, from load_parameters_path.
+  CHECK(hub::run_base_dir("base-relative-from-elsewhere", run.string()) == fs::absolute(base).string());
+  const auto moved = peft_scratch("base_moved");
+  fs::remove_all(moved);
+  fs::rename(base, moved);
+  CHECK(hub::run_base_dir(moved.string(), run.string()) == moved.string());
+  CHECK_THAT(error_of([&] { hub::run_base_dir("nowhere", run.string()); }),
+             Catch::Contains("load_parameters_path=nowhere: not a directory, and " + fs::absolute(base).string() +
+                             " is gone from where"));
+  fs::rename(moved, base);
   fs::remove(file);
   CHECK_THAT(verify(), Catch::Contains(file + ": missing"));
   fs::remove_all(base);

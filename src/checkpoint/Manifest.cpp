@@ -36,6 +36,13 @@ double double_from_bits(const std::string& hex) {
   return x;
 }
 
+// A YAML double-quoted scalar: a frozen string key's value is itself quoted ("\"q_proj,v_proj\"").
+std::string double_quoted(const std::string& text) {
+  YAML::Emitter out;
+  out << YAML::DoubleQuoted << text;
+  return out.c_str();
+}
+
 // A file name inside the checkpoint directory: letters, digits, '.', '_', '-', not starting with '.'.
 bool plain_file_name(const std::string& name) {
   if (name.empty() || name[0] == '.' || name.size() > 255) return false;
@@ -67,7 +74,7 @@ std::string Manifest::to_text() const {
   out += fmt::format("world_size: {}\n", world_size);
   out += fmt::format("optimizer_shards: {}\n", optimizer_shards);
   out += "frozen_keys:\n";
-  for (const auto& [key, value] : frozen) out += fmt::format("  {}: \"{}\"\n", key, value);
+  for (const auto& [key, value] : frozen) out += fmt::format("  {}: {}\n", key, double_quoted(value));
   out += "files:\n";
   for (const auto& f : files) out += fmt::format("  {}: {{bytes: {}, crc32: \"{}\"}}\n", f.name, f.bytes, f.crc32);
   return out + kCrcPrefix + crc32_hex(crc32(out.data(), out.size())) + "\n";

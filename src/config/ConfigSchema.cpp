@@ -94,6 +94,9 @@ std::vector<KeySpec> build_schema() {
                   [](Config& c, const std::string& t) { c.n = parse_enum<type>(#n, t); },            \
                   [](const Config& c) { return to_string(c.n); }});
 #define SG_FROZEN_INT(n, def, min, h) SG_INT(n, def, min, h) keys.back().frozen = true;
+#define SG_FROZEN_FLOAT(n, def, min, max, h) SG_FLOAT(n, def, min, max, h) keys.back().frozen = true;
+#define SG_FROZEN_BOOL(n, def, h) SG_BOOL(n, def, h) keys.back().frozen = true;
+#define SG_FROZEN_STRING(n, def, h) SG_STRING(n, def, h) keys.back().frozen = true;
 #define SG_FROZEN_ENUM(n, type, def, h) SG_ENUM(n, type, def, h) keys.back().frozen = true;
 #include "config/ConfigKeys.def"
 #undef SG_SECTION
@@ -103,6 +106,9 @@ std::vector<KeySpec> build_schema() {
 #undef SG_STRING
 #undef SG_ENUM
 #undef SG_FROZEN_INT
+#undef SG_FROZEN_FLOAT
+#undef SG_FROZEN_BOOL
+#undef SG_FROZEN_STRING
 #undef SG_FROZEN_ENUM
 #undef SG_INT_OR_AUTO
   return keys;

@@ -13,6 +13,7 @@
 #include "hub/BaseRecord.h"
 #include "hub/Import.h"
 #include "hub/PeftAdapter.h"
+#include "model/WeightCount.h"
 #include "util/Errors.h"
 
 namespace fs = std::filesystem;
@@ -37,6 +38,14 @@ std::string last_name(const std::string& path) {
   return p.filename().string();
 }
 
+// Before the decoder is built: a rank above a projection's side is said, and weights that cannot fit are refused
+// (exit 2) rather than tried in LibTorch's allocator.
+void check_before_build(const config::Config& cfg, const std::string& what) {
+  const model::DecoderOptions o = model::DecoderOptions::from_config(cfg);
+  if (const std::string w = model::lora_rank_warning(o); !w.empty()) spdlog::warn("{}: {}", what, w);
+  model::refuse_weights_beyond_headroom(o, what);
+}
+
 // The weights in the compute dtype once, rather than a cast at every token; eval mode (no LoRA dropout).
 void ready(LoadedModel& m) {
   m.model->to(config::scalar_type(config::resolve_compute_dtype(m.cfg.dtype, m.cfg.hardware)));
@@ -51,6 +60,7 @@ LoadedModel load_run(const ModelSource& source) {
   m.cfg = config::load_config((fs::path(source.path) / "config.yml").string(), {});
   set_generation_keys(m.cfg, source, m.cfg.max_target_length);
   config::validate(m.cfg);
+  check_before_build(m.cfg, source.path);
   m.model = model::Decoder(model::DecoderOptions::from_config(m.cfg));
   // A LoRA run's checkpoint holds its adapters alone: the frozen base is read again from where the run read it,
   // after checking it is the base the run recorded (a from-scratch base is the seeded init the constructor made).
@@ -76,6 +86,8 @@ LoadedModel load_model_dir(const ModelSource& source) {
     m.cfg.lora_restore_path = source.adapter;
     adapter_base = hub::configure_from_adapter_dir(m.cfg).base_model_name_or_path;  // the LoRA keys; validates
   }
+  check_before_build(m.cfg, source.adapter.empty() ? source.path
+                                                   : fmt::format("{} with the adapter {}", source.path, source.adapter));
   m.model = model::Decoder(model::DecoderOptions::from_config(m.cfg));
   hub::load_hf_weights(source.path, hf, *m.model);
   m.description = fmt::format("{} ({})", source.path, hf.family->architecture);

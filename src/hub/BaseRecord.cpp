@@ -74,8 +74,10 @@ json read_source(const std::string& run_dir) {
   }
 }
 
-const char* kWhy = "; a LoRA checkpoint holds only the adapters, so the run resumes on the base it was trained on: "
-                   "restore that base, or start a new run";
+const char* kWhy = "; a LoRA checkpoint holds only the adapters, so the run needs the base it was trained on: put "
+                   "that base back where the run recorded it (its hf/source.json), or point load_parameters_path "
+                   "(for export_hf and generate: in the run's config.yml) at an unchanged copy of it, or start a new "
+                   "run";
 
 } // namespace
 
@@ -135,11 +137,21 @@ bool verify_base_record(const std::string& model_dir, const std::string& run_dir
   return true;
 }
 
+std::string run_base_dir(const std::string& given, const std::string& run_dir) {
+  const std::string recorded = recorded_base_dir(run_dir);
+  std::error_code ec;
+  if (recorded.empty() || fs::is_directory(recorded, ec)) return recorded.empty() ? given : recorded;
+  if (fs::is_directory(given, ec)) return given;
+  throw ModelFileError(fmt::format("load_parameters_path={}: not a directory, and {} is gone from where {} recorded it{}",
+                                   given, recorded, source_json(run_dir).string(), kWhy));
+}
+
 void load_recorded_base(const config::Config& cfg, const std::string& run_dir, torch::nn::Module& model) {
   if (cfg.load_parameters_path.empty()) return;
-  verify_base_record(cfg.load_parameters_path, run_dir);
-  const HfConfig hf = read_hf_config((fs::path(cfg.load_parameters_path) / "config.json").string());
-  load_hf_weights(cfg.load_parameters_path, hf, model);
+  const std::string dir = run_base_dir(cfg.load_parameters_path, run_dir);
+  verify_base_record(dir, run_dir);
+  const HfConfig hf = read_hf_config((fs::path(dir) / "config.json").string());
+  load_hf_weights(dir, hf, model);
 }
 
 std::string recorded_base_dir(const std::string& run_dir) {

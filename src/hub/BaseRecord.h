@@ -31,10 +31,16 @@ void write_base_record(const std::string& model_dir, const std::string& run_dir)
 // the size, the header and the data's first and last MiB is not seen.
 bool verify_base_record(const std::string& model_dir, const std::string& run_dir);
 
+// The directory a run's base is read from again (a resume, a merged export, generate): the absolute path run_dir's
+// hf/source.json recorded while it is a directory, so that a run started with a relative load_parameters_path works
+// from any directory; else `given` (a base moved since, which verify_base_record then checks against the record).
+// `given` when the run recorded none. Throws ModelFileError naming both when neither is a directory.
+std::string run_base_dir(const std::string& given, const std::string& run_dir);
+
 // A LoRA run's frozen base, for a resume or a merged export (its checkpoint holds only the adapters): checks
-// cfg.load_parameters_path against run_dir's record (verify_base_record), then reads it into `model`'s buffers
-// (load_hf_weights). Does nothing when load_parameters_path is empty: a from-scratch base is the seeded init the
-// model's constructor makes again.
+// run_base_dir(cfg.load_parameters_path, run_dir) against run_dir's record (verify_base_record), then reads it into
+// `model`'s buffers (load_hf_weights). Does nothing when load_parameters_path is empty: a from-scratch base is the
+// seeded init the model's constructor makes again.
 void load_recorded_base(const config::Config& cfg, const std::string& run_dir, torch::nn::Module& model);
 
 // The model directory run_dir/hf/source.json names (an absolute path); "" when the run has none (from scratch).

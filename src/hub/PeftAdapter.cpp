@@ -11,6 +11,7 @@
 #include <torch/nn/module.h>
 
 #include "config/ConfigLoader.h"
+#include "config/ConfigSchema.h"
 #include "hub/BaseRecord.h"
 #include "hub/Families.h"
 #include "hub/SafeTensors.h"
@@ -133,13 +134,27 @@ std::array<AdapterConfig::Target, model::kProjections> read_targets(const json& 
   return targets;
 }
 
-template <class T>
-void adopt_field(config::Config& cfg, const char* key, T& field, T value, const char* adapter_field, const std::string& dir) {
-  if (cfg.given_keys.count(key) && field != value)
+// Sets `key` from the adapter's `field` (its value as text) through the key's own parser, so that it passes the range
+// check the key has when given (lora_alpha <= 1e6): a value out of range is the file's error, naming the file and the
+// field. A key given with another value is refused, naming both, unless `given_wins` (a training choice such as
+// lora_dropout, which does not change what the adapter computes): then the given value stays.
+void adopt_field(config::Config& cfg, const char* key, const std::string& text, const char* field,
+                 const std::string& dir, bool given_wins = false) {
+  const config::KeySpec& spec = *config::find_key(key);
+  config::Config probe;
+  try {
+    spec.set(probe, text);
+  } catch (const ConfigError& e) {
+    throw ModelFileError(fmt::format("{}: {} = {}: out of the range of {}, which it sets ({})",
+                                     (fs::path(dir) / kConfigFile).string(), field, text, key, e.what()));
+  }
+  if (cfg.given_keys.count(key) && spec.get(cfg) != spec.get(probe)) {
+    if (given_wins) return;
     throw ConfigError(fmt::format("{}={} was given, but lora_restore_path={} has {}={} in {}; drop {} (the "
                                   "adapter's shape comes from its {})",
-                                  key, field, dir, adapter_field, value, kConfigFile, key, kConfigFile));
-  field = value;
+                                  key, spec.get(cfg), dir, field, spec.get(probe), kConfigFile, key, kConfigFile));
+  }
+  spec.set(cfg, text);
 }
 
 // The adapter's name of a tensor in a file: peft's ".default." infix (lora_A.default.weight) dropped.
@@ -236,9 +251,12 @@ std::string AdapterConfig::target_modules(int64_t layers) const {
 }
 
 void apply_adapter_config(const AdapterConfig& a, config::Config& cfg, const std::string& dir) {
-  adopt_field<int64_t>(cfg, "lora_rank", cfg.lora_rank, a.r, "r", dir);
-  adopt_field<double>(cfg, "lora_alpha", cfg.lora_alpha, a.lora_alpha, "lora_alpha", dir);
-  adopt_field<bool>(cfg, "lora_use_rslora", cfg.lora_use_rslora, a.use_rslora, "use_rslora", dir);
+  adopt_field(cfg, "lora_rank", fmt::format("{}", a.r), "r", dir);
+  adopt_field(cfg, "lora_alpha", fmt::format("{}", a.lora_alpha), "lora_alpha", dir);
+  adopt_field(cfg, "lora_use_rslora", a.use_rslora ? "true" : "false", "use_rslora", dir);
+  // peft trains on with the adapter's lora_dropout (PeftModel.from_pretrained(..., is_trainable=True)): it is the
+  // default here too, and a lora_dropout given wins (dropout is a choice of training, not part of the adapter).
+  adopt_field(cfg, "lora_dropout", fmt::format("{}", a.lora_dropout), "lora_dropout", dir, /*given_wins=*/true);
   const std::string targets = a.target_modules(cfg.base_num_decoder_layers);
   if (cfg.given_keys.count("lora_target_modules") &&
       model::parse_lora_targets(cfg.lora_target_modules) != model::parse_lora_targets(targets))

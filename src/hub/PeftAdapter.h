@@ -56,8 +56,10 @@ AdapterConfig read_adapter_config(const std::string& dir);
 
 // Sets lora_rank, lora_alpha, lora_use_rslora and lora_target_modules from `a`, as apply_hf_config sets the model
 // keys: a key in cfg.given_keys with another value throws ConfigError naming both (targets are compared as sets, so
-// all-linear equals the list of seven). The targets are resolved for cfg.base_num_decoder_layers (set from
-// load_parameters_path first, when there is one). Validates cfg after.
+// all-linear equals the list of seven). Each value goes through its key's parser, so it passes the key's range check
+// (lora_alpha in [0, 1e6]; ModelFileError naming the file and the field otherwise). The adapter's lora_dropout is
+// the default of lora_dropout, as peft trains on with it; a lora_dropout given wins. The targets are resolved for
+// cfg.base_num_decoder_layers (set from load_parameters_path first, when there is one). Validates cfg after.
 void apply_adapter_config(const AdapterConfig& a, config::Config& cfg, const std::string& dir);
 
 // read_adapter_config(cfg.lora_restore_path) then apply_adapter_config. ConfigError when it is not a directory.

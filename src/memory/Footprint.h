@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "util/Saturating.h"
+
 namespace shadowgrad::memory {
 
 struct Footprint {
@@ -18,7 +20,12 @@ struct Footprint {
   int64_t optimizer_state = 0;  // after the first update (this process's slice under ZeRO-1)
   int64_t weight_casts = 0;     // hoist_weight_cast: the trained weights in the compute dtype, held through a step
   int64_t activations = 0;      // a lower bound: what backward keeps of one microbatch
-  int64_t total() const { return weights + shadow_tree + optimizer_state + weight_casts + activations; }
+  // Saturating: a part that is INT64_MAX (a shape too big to count, util/Saturating.h) keeps the total there.
+  int64_t total() const {
+    return util::sat_add(util::sat_add(util::sat_add(util::sat_add(weights, shadow_tree), optimizer_state),
+                                       weight_casts),
+                         activations);
+  }
 };
 
 // Another config that was tried, as the overrides that make it ("lora_rank=16 weight_dtype=bfloat16"), and its total.

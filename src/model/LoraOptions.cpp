@@ -52,6 +52,13 @@ std::string lora_targets_string(const std::array<bool, kProjections>& targeted) 
   return out;
 }
 
+std::string canonical_lora_targets(const std::string& list) {
+  const auto targeted = parse_lora_targets(list);
+  for (bool t : targeted)
+    if (!t) return lora_targets_string(targeted);
+  return "all-linear";
+}
+
 LoraOptions LoraOptions::from_config(const config::Config& c) {
   LoraOptions o;
   if (c.lora_rank == 0) return o;

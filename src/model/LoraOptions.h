@@ -42,5 +42,8 @@ struct LoraOptions {
 std::array<bool, kProjections> parse_lora_targets(const std::string& list);
 // The inverse, in Hugging Face order: "q_proj,k_proj,..."
 std::string lora_targets_string(const std::array<bool, kProjections>& targeted);
+// One spelling per targeted set, the one a checkpoint pins: "all-linear" for all seven, else lora_targets_string's
+// ("v_proj, q_proj" -> "q_proj,v_proj"). Throws as parse_lora_targets.
+std::string canonical_lora_targets(const std::string& list);
 
 } // namespace shadowgrad::model

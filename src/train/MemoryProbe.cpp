@@ -13,13 +13,18 @@
 #include "memory/MemoryBudget.h"
 #include "memory/MemoryMeter.h"
 #include "model/Decoder.h"
+#include "model/WeightCount.h"
 #include "train/MicrobatchFit.h"
 #include "train/OptimizerFactory.h"
 #include "train/Runtime.h"
 #include "train/TrainStep.h"
 #include "util/Errors.h"
+#include "util/Saturating.h"
 
 namespace shadowgrad::train {
+
+using util::sat_add;
+using util::sat_mul;
 
 memory::MemoryReport memory_report(TrainStep& step, const memory::MemoryMeter& meter, int64_t steps) {
   memory::MemoryReport r =
@@ -48,45 +53,25 @@ memory::MemoryReport probe_memory(const config::Config& config) {
 
 namespace {
 
-// Elements of the decoder's weights (the base: trained, or frozen under LoRA) and of its LoRA adapters, from the
-// shapes DecoderImpl's constructor gives them (tests/test_memory_footprint.cpp holds the two together).
-struct ElementCounts {
-  int64_t base = 0, adapters = 0;
-  int64_t never_cast = 0;  // base elements that reach the compute dtype without compute(): the norms and, untied, the
-                           // embedding (gathered by row)
-};
-
-ElementCounts count_elements(const model::DecoderOptions& o) {
-  const int64_t E = o.emb_dim, Q = o.num_query_heads * o.head_dim, KV = o.num_kv_heads * o.head_dim, M = o.mlp_dim;
-  const int64_t layer_norms = 2 * E + (o.qk_norm ? 2 * o.head_dim : 0);
-  int64_t layer = layer_norms + Q * E + 2 * KV * E + E * Q + 3 * M * E;  // q k v o, gate up down
-  if (o.attention_bias) layer += Q + 2 * KV;
-  ElementCounts n;
-  n.base = o.vocab_size * E * (o.tied_output ? 1 : 2) + E + o.num_layers * layer;
-  n.never_cast = o.num_layers * layer_norms + E + (o.tied_output ? 0 : o.vocab_size * E);
-  // [in, out] of each projection, in model::Projection's order.
-  const int64_t sizes[model::kProjections][2] = {{E, Q}, {E, KV}, {E, KV}, {Q, E}, {E, M}, {E, M}, {M, E}};
-  for (model::Projection p : model::kAllProjections)
-    if (o.lora.targets(p)) n.adapters += o.num_layers * o.lora.rank * (sizes[int(p)][0] + sizes[int(p)][1]);
-  return n;
-}
-
 // What backward keeps per token and layer, in activations (lower bounds, read off the decoder's forward):
 //   none:    the block's input and its mid-block residual (each norm keeps its input), q k v as the attention core
 //            keeps them, the attention's output, and SwiGLU's gate and up;
 //   minimal: the same but the attention's output (the core is re-run);
 //   full:    the block's input, plus one block's `none` set while that block is re-run in backward.
+// Saturating (util/Saturating.h), as the weight counts: a crafted width cannot wrap into a figure that fits.
 int64_t activation_elements_per_token(const model::DecoderOptions& o) {
-  const int64_t E = o.emb_dim, Q = o.num_query_heads * o.head_dim, KV = o.num_kv_heads * o.head_dim, M = o.mlp_dim;
-  const int64_t none = 2 * E + (Q + 2 * KV) + Q + 2 * M;
+  const int64_t E = o.emb_dim, Q = sat_mul(o.num_query_heads, o.head_dim), KV = sat_mul(o.num_kv_heads, o.head_dim),
+                M = o.mlp_dim;
+  const int64_t no_core = sat_add(sat_add(sat_mul(2, E), sat_add(Q, sat_mul(2, KV))), sat_mul(2, M));
+  const int64_t none = sat_add(no_core, Q);
   switch (o.remat) {
-    case model::DecoderOptions::Remat::full: return o.num_layers * E + none;
-    case model::DecoderOptions::Remat::minimal: return o.num_layers * (none - Q);
-    default: return o.num_layers * none;
+    case model::DecoderOptions::Remat::full: return sat_add(sat_mul(o.num_layers, E), none);
+    case model::DecoderOptions::Remat::minimal: return sat_mul(o.num_layers, no_core);
+    default: return sat_mul(o.num_layers, none);
   }
 }
 
-std::string describe_run(const config::Config& cfg, const model::DecoderOptions& o, const ElementCounts& n) {
+std::string describe_run(const config::Config& cfg, const model::DecoderOptions& o, const model::WeightCount& n) {
   const std::string shape = fmt::format("a {:.3g}-parameter model ({} layers of width {}, vocabulary {})",
                                         double(n.base), o.num_layers, o.emb_dim, o.vocab_size);
   if (!o.lora.enabled())
@@ -104,21 +89,22 @@ std::string describe_run(const config::Config& cfg, const model::DecoderOptions&
 
 memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world_size) {
   const model::DecoderOptions o = model::DecoderOptions::from_config(cfg);
-  const ElementCounts n = count_elements(o);
+  const model::WeightCount n = model::count_weights(o);
   const bool lora = o.lora.enabled();
   // A LoRA run trains its fp32 adapters; the base, frozen, has no shadow, no optimizer state and no cached cast.
   const int64_t trained = lora ? n.adapters : n.base;
   const auto trained_dtype = lora ? c10::kFloat : o.weight_dtype;
   memory::Footprint f;
-  f.weights = n.base * int64_t(c10::elementSize(o.weight_dtype)) + n.adapters * int64_t(c10::elementSize(c10::kFloat));
-  f.shadow_tree = trained * int64_t(c10::elementSize(config::scalar_type(cfg.grad_dtype)));
+  f.weights = n.bytes;
+  f.shadow_tree = sat_mul(trained, int64_t(c10::elementSize(config::scalar_type(cfg.grad_dtype))));
   const int64_t state = optimizer_state_bytes_after_update(OptimizerOptions::from_config(cfg), trained_dtype, trained);
-  f.optimizer_state = cfg.shard_optimizer_over_data && world_size > 1 ? (state + world_size - 1) / world_size : state;
+  f.optimizer_state = cfg.shard_optimizer_over_data && world_size > 1 ? state / world_size + (state % world_size != 0) : state;
   const int64_t compute_size = int64_t(c10::elementSize(o.compute_dtype));
   if (o.hoist_weight_cast && o.compute_dtype != trained_dtype)
-    f.weight_casts = (trained - (lora ? 0 : n.never_cast)) * compute_size;
+    f.weight_casts = sat_mul(trained - (lora ? 0 : n.never_cast), compute_size);
   const int64_t microbatch = cfg.per_device_batch_size == config::kAuto ? 1 : cfg.per_device_batch_size;
-  f.activations = microbatch * cfg.max_target_length * activation_elements_per_token(o) * compute_size;
+  f.activations = sat_mul(sat_mul(sat_mul(microbatch, cfg.max_target_length), activation_elements_per_token(o)),
+                          compute_size);
   return f;
 }
 
@@ -170,7 +156,7 @@ void refuse_what_cannot_fit(const config::Config& cfg, c10::Device device, int64
 
   const model::DecoderOptions o = model::DecoderOptions::from_config(cfg);
   throw InputError(memory::does_not_fit_before_build(
-      f, describe_run(cfg, o, count_elements(o)), available,
+      f, describe_run(cfg, o, model::count_weights(o)), available,
       headroom.source + (sharing > 1 ? fmt::format(" / {} processes", sharing) : ""), tried));
 }
 
@@ -211,8 +197,11 @@ MicrobatchProbe probe_microbatches(const config::Config& cfg, model::Decoder& mo
   out.model = memory::MicrobatchModel::fit(peaks, state);
 
   memory::MemoryEstimate& e = out.estimate;
+  // A LoRA run's frozen base too (its weights, not the RoPE tables and the causal mask among the buffers).
   e.weights = memory::tensor_bytes(model->parameters()) +
-              (cfg.lora_rank > 0 ? memory::tensor_bytes(model->buffers()) : 0);  // a LoRA run's frozen base
+              (cfg.lora_rank > 0 ? sat_mul(model::count_weights(model->options()).base,
+                                           int64_t(c10::elementSize(model->options().weight_dtype)))
+                                 : 0);
   e.optimizer_state = state;
   const int64_t shadow_element = int64_t(c10::elementSize(config::scalar_type(cfg.grad_dtype)));
   e.shadow_tree = elements * shadow_element;

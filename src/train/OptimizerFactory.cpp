@@ -5,6 +5,7 @@
 #include <torch/optim/sgd.h>
 
 #include "train/FusedAdamW.h"
+#include "util/Saturating.h"
 
 namespace shadowgrad::train {
 
@@ -33,7 +34,7 @@ int64_t optimizer_state_bytes_after_update(const OptimizerOptions& o, c10::Scala
   const bool fp32_weights = weight_dtype == c10::kFloat;
   const bool fused = o.type == OptimizerOptions::Type::adamw && o.fused && fp32_weights;
   const auto moment = fused ? o.state_dtype : weight_dtype;
-  return 2 * int64_t(c10::elementSize(moment)) * param_elements;
+  return util::sat_mul(2 * int64_t(c10::elementSize(moment)), param_elements);  // saturating: a crafted shape
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

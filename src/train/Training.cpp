@@ -18,6 +18,7 @@
 #include "hub/PeftAdapter.h"
 #include "memory/MemoryMeter.h"
 #include "model/Decoder.h"
+#include "model/WeightCount.h"
 #include "train/BatchSizePolicy.h"
 #include "train/CheckpointTopology.h"
 #include "train/EndOfRun.h"
@@ -31,13 +32,17 @@
 #include "train/StartPoint.h"
 #include "train/StepLoop.h"
 #include "train/TrainStep.h"
+#include "util/Errors.h"
 
 namespace shadowgrad::train {
 
 namespace {
 
-config::Config with_dtype(config::Config cfg, const ComputeDtypeChoice& choice) {
+// The config as the run records it: the compute dtype resolved, and the LoRA targets in the one spelling a checkpoint
+// pins (a resume that lists the same projections in another order is the same run).
+config::Config resolved(config::Config cfg, const ComputeDtypeChoice& choice) {
   cfg.dtype = config::as_compute_dtype(choice.dtype);
+  if (cfg.lora_rank > 0) cfg.lora_target_modules = model::canonical_lora_targets(cfg.lora_target_modules);
   return cfg;
 }
 
@@ -45,7 +50,7 @@ config::Config with_dtype(config::Config cfg, const ComputeDtypeChoice& choice) 
 
 Training::Training(config::Config cfg)
     : dtype_(choose_compute_dtype(cfg)),
-      cfg_(with_dtype(std::move(cfg), dtype_)),
+      cfg_(resolved(std::move(cfg), dtype_)),
       // What this build cannot run is refused before the device is looked for (exit 2 either way).
       device_((require_device_support(cfg_.grad_accum_rounding, cfg_.adam_state_dtype, cfg_.hardware),
                resolve_device(cfg_.hardware))),
@@ -108,10 +113,10 @@ void log_run_start(const config::Config& cfg, const ComputeDtypeChoice& dtype, c
                cfg.global_batch_size > 0 ? " (global_batch_size; K derived)" : "", cfg.grad_dtype, cfg.dtype,
                dtype.why, threads);
   if (cfg.lora_rank > 0) {
-    int64_t frozen = 0;
-    for (const auto& t : step.model()->buffers()) frozen += t.numel();
+    const int64_t frozen = model::count_weights(step.model()->options()).base;  // not the RoPE tables, not the mask
     spdlog::info("LoRA r={} on {}: {} trainable adapter parameters, {} frozen base values in {} (docs/lora.md)",
                  cfg.lora_rank, cfg.lora_target_modules, params, frozen, cfg.weight_dtype);
+    if (const std::string w = model::lora_rank_warning(step.model()->options()); !w.empty()) spdlog::warn("{}", w);
   }
   if (!cfg.batch_size_schedule.empty())
     spdlog::info("batch_size_schedule {}: K is derived at every step; the LR is scaled by batch_size_lr_scaling={}",
@@ -168,6 +173,12 @@ RunSummary Training::run() {
                  "and rerun the same command to train the rest",
                  cfg_.steps, policy.state().sequences * cfg_.max_target_length, cfg_.train_tokens);
   if (start.dir) write_end_of_run_files(*start.dir, summary, memory_report(step, meter, summary.steps));
+  // Every step skipped (fewer than max_consecutive_nonfinite): the run trained nothing, which is no success (exit 3).
+  if (summary.steps > 0 && start.state.skipped_steps >= summary.steps)
+    throw NonFiniteError(fmt::format("every one of the run's {} steps had a non-finite loss or gradient norm, so it "
+                                     "trained nothing (skipped_steps={} in metrics.jsonl); a NaN from the start is "
+                                     "often the data, the learning rate or a scale such as lora_alpha",
+                                     summary.steps, start.state.skipped_steps));
   return summary;
 }
 

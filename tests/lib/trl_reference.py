@@ -69,6 +69,10 @@ METRICS = {"rewards/chosen": "rewards_chosen", "rewards/rejected": "rewards_reje
            "logps/chosen": "logps_chosen", "logps/rejected": "logps_rejected"}
 LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# name: (loss type, dpo_nll_weight, LoRA from a starting adapter, SGD learning rate). The rates put every tensor's
+# step-1 update between 2e-3 and 0.9 of its weight, so fp32 weights hold the update to about 1e-5 and step 2 moves.
+CASES = {"sigmoid": ("sigmoid", 0.0, False, 1.0), "ipo": ("ipo", 0.0, False, 0.01), "hinge": ("hinge", 0.0, False, 1.0),
+         "sigmoid_nll": ("sigmoid", 0.5, False, 1.0), "lora_sigmoid_nll": ("sigmoid", 0.5, True, 1.0)}
 # (prompt, chosen, rejected) lengths: ragged, each sequence within 16 tokens; 8 pairs, so K=4 microbatches of 2
 PAIR_SHAPES = [(2, 1, 5), (3, 11, 2), (5, 2, 2), (1, 9, 14), (8, 4, 1), (4, 12, 7), (6, 1, 3), (10, 6, 4)]
 
@@ -155,11 +159,14 @@ class Snapshots(transformers.TrainerCallback):
         self.weights.append({n: p.detach().clone() for n, p in trainable_tensors(self.trainer.model).items()})
 
 
-def dpo_config(output_dir, pairs, loss_type, beta, nll_weight, lr, steps):
+def dpo_config(output_dir, pairs, loss_type, beta, nll_weight, lr, steps, accumulation):
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type {loss_type!r} is not one of {LOSS_TYPES}")
     losses, weights = ([loss_type, "sft"], [1.0, nll_weight]) if nll_weight else ([loss_type], None)
-    return DPOConfig(output_dir=output_dir, per_device_train_batch_size=len(pairs), gradient_accumulation_steps=1,
+    if len(pairs) % accumulation:
+        raise ValueError(f"{len(pairs)} pairs do not split into {accumulation} microbatches")
+    return DPOConfig(output_dir=output_dir, per_device_train_batch_size=len(pairs) // accumulation,
+                     gradient_accumulation_steps=accumulation,
                      max_steps=steps, learning_rate=lr, optim="sgd", lr_scheduler_type="constant", warmup_steps=0,
                      weight_decay=0.0, max_grad_norm=0.0, bf16=False, fp16=False, use_cpu=True,
                      gradient_checkpointing=False, precompute_ref_log_probs=True, beta=beta, loss_type=losses,
@@ -168,10 +175,11 @@ def dpo_config(output_dir, pairs, loss_type, beta, nll_weight, lr, steps):
 
 
 def trl_steps(model_dir, pairs, loss_type="sigmoid", beta=0.1, nll_weight=0.0, lr=1.0, steps=1, adapter_dir=None,
-              out_dir=None):
+              out_dir=None, accumulation=1):
     """`steps` SGD steps of TRL's DPOTrainer with every pair in one batch. Returns (records, weights, grads): each
     step's loss and metrics, the trained tensors before the first step and after each step (weights[0] is the start),
-    and each step's gradients.
+    and each step's gradients. accumulation=K > 1 is TRL's own GA over K microbatches (a control: a mean of
+    microbatch means); a step's record is then the mean of its microbatches' records, as TRL logs it.
     With out_dir, save_pretrained writes the model (or the adapter alone) after the last step there."""
     model = load_policy(model_dir, adapter_dir, trainable=True)
     start = {n: p.detach().clone() for n, p in trainable_tensors(model).items()}
@@ -179,21 +187,24 @@ def trl_steps(model_dir, pairs, loss_type="sigmoid", beta=0.1, nll_weight=0.0, l
     os.environ.setdefault("TQDM_DISABLE", "1")
     with tempfile.TemporaryDirectory() as tmp:
         trainer = PretokenizedDPOTrainer(
-            model=model, args=dpo_config(os.path.join(tmp, "trl"), pairs, loss_type, beta, nll_weight, lr, steps),
+            model=model, args=dpo_config(os.path.join(tmp, "trl"), pairs, loss_type, beta, nll_weight, lr, steps,
+                                         accumulation),
             train_dataset=datasets.Dataset.from_list(pairs), processing_class=tiny_tokenizer(),
             callbacks=[snapshots])
         snapshots.trainer = trainer
         with contextlib.redirect_stdout(io.StringIO()):
             trainer.train()
-    if len(trainer.records) != steps or len(snapshots.weights) != steps or len(snapshots.grads) != steps:
-        raise RuntimeError(f"TRL ran {len(trainer.records)} steps ({len(snapshots.weights)} optimizer steps), "
-                           f"not {steps}")
+    if len(trainer.records) != steps * accumulation or not len(snapshots.weights) == len(snapshots.grads) == steps:
+        raise RuntimeError(f"TRL ran {len(trainer.records)} microbatches and {len(snapshots.weights)} optimizer steps, "
+                           f"not {steps} x {accumulation}")
+    records = [{k: sum(r[k] for r in trainer.records[i:i + accumulation]) / accumulation for k in trainer.records[i]}
+               for i in range(0, len(trainer.records), accumulation)]
     if out_dir:
         if isinstance(trainer.model, peft.PeftModel):
             trainer.model.save_pretrained(out_dir, selected_adapters=["default"])
         else:
             trainer.model.save_pretrained(out_dir)
-    return trainer.records, [start, *snapshots.weights], snapshots.grads
+    return records, [start, *snapshots.weights], snapshots.grads
 
 
 # --- the same step by hand, plain torch in float64 -------------------------------------------------------------------
@@ -331,10 +342,8 @@ def check(work):
     print(f"trl {trl.__version__}, peft {peft.__version__}, transformers {transformers.__version__}, torch "
           f"{torch.__version__}; {len(pairs)} pairs, answers {sum(len(p['chosen_ids']) for p in pairs)} chosen and "
           f"{sum(len(p['rejected_ids']) for p in pairs)} rejected tokens")
-    cases = [("sigmoid", 0.0, None, 1.0), ("ipo", 0.0, None, 0.01), ("hinge", 0.0, None, 1.0),
-             ("sigmoid", 0.5, None, 1.0), ("sigmoid", 0.5, adapter_dir, 1.0)]
-    failed = [f"{c[0]}{'+sft' if c[1] else ''}{' LoRA' if c[2] else ''}" for c in cases if not check_case(model_dir,
-                                                                                                           pairs, *c)]
+    failed = [name for name, (loss_type, nll_weight, lora, lr) in CASES.items()
+              if not check_case(model_dir, pairs, loss_type, nll_weight, adapter_dir if lora else None, lr)]
     if failed:
         sys.exit(f"FAILED: {failed}")
     print("trl_reference: TRL agrees with the hand computation in every case")
