@@ -28,6 +28,9 @@ class DataSource {
   // True when eval_examples past eval_capacity() are empty rows (no target): the evaluator then covers every row,
   // the last batch part empty, instead of the whole batches only (SFT: every held-out example once).
   virtual bool eval_pads_past_end() const { return false; }
+  // Training examples (SFT rows, pairs, windows) in the run's first `epochs` passes over the data; -1 for endless
+  // synthetic data. What num_epochs counts.
+  virtual int64_t examples_in_epochs(int64_t epochs) const { return -1; }
 };
 
 // Builds the source the options ask for. Throws DataError for a missing, empty, binary, malformed or too-short

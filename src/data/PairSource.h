@@ -39,6 +39,7 @@ class PairSource : public DataSource {
   // Kept pairs [first, first + count) in file order, clipped to the end (eval, the reference pass).
   PairBatch pairs_in_file_order(int64_t first, int64_t count) const;
   int64_t pairs_kept() const { return int64_t(kept_.size()); }
+  int64_t examples_in_epochs(int64_t epochs) const override { return epochs * pairs_kept(); }
   // Pairs (or their rows) as a plain Batch, for code that only counts tokens.
   Batch examples(int64_t step, int64_t first, int64_t count) const override;
   Batch eval_examples(int64_t first, int64_t count) const override;

@@ -83,6 +83,13 @@ int64_t SftSource::rows_per_first_epoch() const {
   return int64_t(epoch(0).size());
 }
 
+int64_t SftSource::examples_in_epochs(int64_t epochs) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t rows = 0;
+  for (int64_t e = 0; e < epochs; ++e) rows += int64_t(epoch(e).size());
+  return rows;
+}
+
 double SftSource::first_epoch_padding() const {
   const int64_t rows = rows_per_first_epoch();
   const int64_t used = std::accumulate(lengths_.begin(), lengths_.end(), int64_t(0));

@@ -22,6 +22,7 @@
 #include "train/BatchSizePolicy.h"
 #include "train/CheckpointTopology.h"
 #include "train/EndOfRun.h"
+#include "train/EpochSteps.h"
 #include "train/Evaluator.h"
 #include "train/MemoryProbe.h"
 #include "train/MicrobatchFit.h"
@@ -53,11 +54,11 @@ Training::Training(config::Config cfg)
       // What this build cannot run is refused before the device is looked for (exit 2 either way).
       device_((require_device_support(cfg_.grad_accum_rounding, cfg_.adam_state_dtype, cfg_.hardware),
                resolve_device(cfg_.hardware))),
-      source_(data::make_source(data::DataOptions::from_config(cfg_))),
-      // With per_device_batch_size=auto the eval batch may follow the microbatch: built in run(), once it is known.
-      evaluator_(cfg_.per_device_batch_size == config::kAuto
-                     ? nullptr
-                     : std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
+      source_(data::make_source(data::DataOptions::from_config(cfg_))) {
+  const int world = distributed::ProcessEnvironment::from_environment().world_size;
+  derive_steps_from_epochs(cfg_, *source_, world);  // num_epochs: before anything reads steps
+  // With per_device_batch_size=auto the eval batch may follow the microbatch: built in run(), once it is known.
+  if (cfg_.per_device_batch_size != config::kAuto) evaluator_ = std::make_unique<Evaluator>(cfg_, world);
   // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
   if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
 }
