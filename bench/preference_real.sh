@@ -11,26 +11,29 @@
 # "Before": at step 0 the policy is the reference, so every reward is 0 and eval_rewards_accuracy is 0 by TRL's
 # definition (chosen > rejected, strictly); the summary also gives, from the stored reference log-probs, how many
 # held-out pairs the base itself scores higher on the chosen answer.
-# Cost: fp32 on the AVX2-only 2-core EPYC, shared with other builds (2026-12-07): ~6-8 min to generate the 52
-# rejected answers (reused on a re-run), ~10-12 min of training (30 steps, 6 evaluations), ~1 min for the rest.
-# ~200 MB under OUT.
+# Cost: fp32 on the AVX2-only 2-core EPYC, shared with other builds at load 5-7 (2026-12-07): 321 s to generate the
+# 52 rejected answers (reused on a re-run), 1154 s for the trainer (the reference pass 166 s, 30 steps 738 s at 33
+# tokens/s, 6 evaluations), ~40 s for the rest; on a quiet machine about half. ~80 MB under OUT.
 #
-# Usage: bench/preference_real.sh [--out DIR] [--bin DIR] [--train N] [--eval N] [--steps N] [--lr LR]
-#                                 [--eval-interval N] [--threads N]
+# Usage: bench/preference_real.sh [--out DIR] [--bin DIR] [--config YML] [--train N] [--eval N] [--steps N]
+#                                 [--lr LR] [--eval-interval N] [--threads N]
 #   defaults: runs/preference_real, build/, 40 train and 12 held-out pairs, 30 steps (3 epochs of K=4 pairs),
 #   learning rate 1e-4 (cosine, 10 % warmup), an evaluation every 5 steps, 2 threads.
-#   --bin DIR: where trainer, export_hf and generate are (copies of build/'s, so a rebuild cannot move them).
+#   --bin DIR: where trainer, export_hf and generate are (copies of build/'s, so a rebuild cannot move them);
+#   --config YML: the trainer's config (default base.yml; one that matches an older copy of the trainer).
 # Needs models/SmolLM2-135M-Instruct (scripts/prepare_model.sh) and Debian's dict-jargon (installed when missing).
 # Writes OUT/summary.txt (also printed).
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 source "$(dirname "$0")/../scripts/lib/setup.sh"
-out=runs/preference_real bin=$SHADOWGRAD_ROOT/build n_train=40 n_eval=12 steps=30 lr=1e-4 every=5 threads=2
+out=runs/preference_real bin=$SHADOWGRAD_ROOT/build config=base.yml
+n_train=40 n_eval=12 steps=30 lr=1e-4 every=5 threads=2
 model=models/SmolLM2-135M-Instruct
 while (($#)); do
   (($# >= 2)) || { echo "preference_real.sh: $1 needs a value" >&2; exit 2; }
   case $1 in
-    --out) out=$2 ;; --bin) bin=$2 ;; --train) n_train=$2 ;; --eval) n_eval=$2 ;; --steps) steps=$2 ;;
+    --out) out=$2 ;; --bin) bin=$2 ;; --config) config=$2 ;;
+    --train) n_train=$2 ;; --eval) n_eval=$2 ;; --steps) steps=$2 ;;
     --lr) lr=$2 ;; --eval-interval) every=$2 ;; --threads) threads=$2 ;;
     *) echo "preference_real.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -83,7 +86,8 @@ for line in open(f"{d}/base_answers.jsonl"):
         continue
     files[r["split"]].write(json.dumps({"prompt": r["messages"],
                                         "chosen": [{"role": "assistant", "content": r["reference"]}],
-                                        "rejected": [{"role": "assistant", "content": r["completion"].strip()}]}) + "\n")
+                                        "rejected": [{"role": "assistant",
+                                                      "content": r["completion"].strip()}]}) + "\n")
 PY
 for split in train val; do
   "$SHADOWGRAD_ROOT/scripts/prepare_preference.sh" "$data/$split.jsonl" "$data/$split.pair" --tokenizer "$model" \
@@ -92,7 +96,7 @@ done
 
 # 4. DPO with LoRA; a finished run of the same command is kept.
 run=$out/runs/dpo
-cmd=("$bin/trainer" base.yml load_parameters_path="$model"
+cmd=("$bin/trainer" "$config" load_parameters_path="$model"
   dataset_type=preference use_dpo=true dpo_beta=0.1 dpo_loss_type=sigmoid
   dataset_path="$data/train.pair" eval_dataset_path="$data/val.pair" max_target_length=256
   lora_rank=16 lora_alpha=32 lora_target_modules=all-linear
@@ -145,10 +149,12 @@ print("step  eval_loss  eval_rewards_accuracy  eval_rewards_margin  eval_rewards
 for r in rows:
     if "eval_rewards_accuracy" in r:
         print(f"{int(r['step']):4d}  {r['eval_loss']:9.4f}  {r['eval_rewards_accuracy']:21.3f}  "
-              f"{r['eval_rewards_margin']:19.3f}  {r['eval_rewards_chosen']:19.3f}  {r['eval_rewards_rejected']:21.3f}  "
+              f"{r['eval_rewards_margin']:19.3f}  {r['eval_rewards_chosen']:19.3f}  "
+              f"{r['eval_rewards_rejected']:21.3f}  "
               f"{r['eval_logps_chosen']:17.2f}  {r['eval_logps_rejected']:19.2f}")
 for b, a in zip(open(f"{out}/data/heldout3.jsonl"), open(f"{out}/after_answers.jsonl")):
     b, a = json.loads(b), json.loads(a)
     print(f"\nQ: {b['messages'][0]['content']}\nJargon File: {b['reference']}\nbase (greedy, 64 new tokens max): "
-          f"{b['completion'].strip()}\nafter DPO (base + exported adapter, scripts/generate.sh): {a['completion'].strip()}")
+          f"{b['completion'].strip()}\nafter DPO (base + exported adapter, scripts/generate.sh): "
+          f"{a['completion'].strip()}")
 PY
