@@ -158,11 +158,14 @@ TEST_CASE("base_config: a cycle or a missing file is an error naming FILE:LINE",
   const auto dir = config_temp_dir_with({{"a.yml", "steps: 3\nbase_config: b.yml\n"},
                                   {"b.yml", "base_config: a.yml\n"},
                                   {"self.yml", "base_config: self.yml\n"},
-                                  {"lost.yml", "steps: 2\nbase_config: nowhere.yml\n"}});
+                                  {"lost.yml", "steps: 2\nbase_config: nowhere.yml\n"},
+                                  {"device.yml", "base_config: /dev/zero\n"}});
   CHECK_THAT(config_error_of_file(dir + "/a.yml"), Catch::Contains("b.yml:1: base_config 'a.yml' is a cycle"));
   CHECK_THAT(config_error_of_file(dir + "/self.yml"), Catch::Contains("self.yml:1: base_config 'self.yml' is a cycle"));
   CHECK_THAT(config_error_of_file(dir + "/lost.yml"), Catch::Contains("lost.yml:2: base_config: config file") &&
                                                    Catch::Contains("nowhere.yml' does not exist"));
+  CHECK_THAT(config_error_of_file(dir + "/device.yml"), Catch::Contains("device.yml:1: base_config: '/dev/zero' is "
+                                                                        "not a regular file"));
 }
 
 // The keys a recipe lists at base.yml's value (repeats), and how many it lists.

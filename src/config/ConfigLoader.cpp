@@ -147,6 +147,8 @@ void apply_file(Config& cfg, const std::string& text, const std::string& path, s
                                     entry.second.Scalar(), base));
     std::string base_text;
     try {
+      if (std::filesystem::exists(base, ec) && !std::filesystem::is_regular_file(base, ec))
+        throw ConfigError(fmt::format("'{}' is not a regular file", base));  // a device would be read forever
       base_text = read_file(base);
     } catch (const ConfigError& e) {
       throw ConfigError(where + "base_config: " + e.what());
