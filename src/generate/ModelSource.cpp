@@ -89,6 +89,10 @@ LoadedModel load_model_dir(const ModelSource& source) {
   hub::configure_from_model_dir(m.cfg);  // the model keys from config.json; validates
   std::string adapter_base;
   if (!source.adapter.empty()) {
+    if (!fs::is_directory(source.adapter))  // named as the user gave it, not as the key it sets
+      throw InputError(fmt::format("--adapter {}: not a directory (a peft adapter directory holds adapter_config.json "
+                                   "and adapter_model.safetensors)",
+                                   source.adapter));
     m.cfg.lora_restore_path = source.adapter;
     adapter_base = hub::configure_from_adapter_dir(m.cfg).base_model_name_or_path;  // the LoRA keys; validates
   }
