@@ -1,4 +1,4 @@
-// export_hf RUN_DIR OUT_DIR [--step N] [--dtype bfloat16|float32|float16|auto] [--adapter]: writes a run's checkpoint as
+// export_hf RUN_DIR OUT_DIR [--step N | --best] [--dtype bfloat16|float32|float16|auto] [--adapter]: writes a run's checkpoint as
 // a Hugging Face model directory (config.json, safetensors, the tokenizer files the run brought) that transformers'
 // from_pretrained loads, a LoRA run's adapters merged in; with --adapter, a LoRA run's adapters alone as a peft
 // adapter directory (docs/lora.md). Thin by design: parse, call src/hub, choose the exit code (docs/huggingface.md).
@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "VersionLine.h"
+#include "checkpoint/MetricsTail.h"
 #include "checkpoint/WeightsLoader.h"
 #include "config/ConfigLoader.h"
 #include "hub/BaseRecord.h"
@@ -72,6 +73,24 @@ int export_run(const std::string& run_dir, const std::string& out_dir, int64_t s
   return 0;
 }
 
+// --best: the step of the lowest eval_loss in metrics.jsonl, whose checkpoint keep_best_checkpoint kept.
+int64_t best_step(const std::string& run_dir) {
+  namespace sg = shadowgrad;
+  const auto evaluations = sg::checkpoint::read_evaluations(run_dir + "/metrics.jsonl");
+  const auto* best = sg::checkpoint::best_evaluation(evaluations);
+  if (!best)
+    throw sg::InputError(fmt::format("{}: --best needs an eval_loss in metrics.jsonl, and the run has none (train with "
+                                     "eval_interval=N and eval_dataset_path)",
+                                     run_dir));
+  const std::string dir = fmt::format("{}/checkpoints/step-{}", run_dir, best->step);
+  if (!std::filesystem::exists(dir))
+    throw sg::InputError(fmt::format("{}: the best eval_loss {:.6g} was at step {}, whose checkpoint is not there "
+                                     "(rotated out: train with keep_best_checkpoint=true to keep it)",
+                                     run_dir, best->eval_loss, best->step));
+  std::cout << fmt::format("best eval_loss {:.6g} at step {}\n", best->eval_loss, best->step);
+  return best->step;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -80,10 +99,13 @@ int main(int argc, char** argv) {
                "export_hf"};
   std::string run_dir, out_dir, dtype = "auto";
   int64_t step = -1;
-  bool adapter = false;
+  bool adapter = false, best = false;
   app.add_option("RUN_DIR", run_dir, "the run directory (holds config.yml and checkpoints/)")->required();
   app.add_option("OUT_DIR", out_dir, "where to write the model directory")->required();
-  app.add_option("--step", step, "checkpoint step to export (default: the latest)");
+  auto* step_option = app.add_option("--step", step, "checkpoint step to export (default: the latest)");
+  app.add_flag("--best", best, "export the checkpoint of the lowest eval_loss in metrics.jsonl (a run trained with "
+                               "keep_best_checkpoint=true keeps it)")
+      ->excludes(step_option);
   app.add_option("--dtype", dtype, "float32, bfloat16, float16, or auto: the dtype the model came in, else the "
                                    "weight dtype")->capture_default_str();
   app.add_flag("--adapter", adapter, "a LoRA run: write its adapters as a peft directory (adapter_config.json, "
@@ -96,6 +118,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kExitBadInput;
   }
   try {
+    if (best) step = best_step(run_dir);
     return export_run(run_dir, out_dir, step, dtype, adapter);
   } catch (const shadowgrad::InputError& e) {
     std::cerr << "export_hf: error: " << e.what() << "\n";

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark behind scripts/bench.sh: the machine's matmul limit, shadowgrad's trainer and the
+"""Side-by-side benchmark behind bench/bench.sh: the machine's matmul limit, shadowgrad's trainer and the
 PyTorch 2.x peer (bench/peer.py) in eager mode and under torch.compile, on the same machine in one invocation.
 Prints Markdown.
 
@@ -8,7 +8,7 @@ in the machine's speed hits all of them; each ratio is taken within a round, and
 range over the rounds. tokens/s = tokens / seconds over the steps after the warm-up ones, as each process measured
 them (start-up and model init excluded; the peer's steps that compiled are left out too, and its compile time is a
 column of its own). Peak memory = the process's max RSS (getrusage, KiB), the same measure for all. The peer runs
-under this script's own interpreter (sys.executable: scripts/bench.sh gives it $SHADOWGRAD_PYTHON, the venv's).
+under this script's own interpreter (sys.executable: bench/bench.sh gives it $SHADOWGRAD_PYTHON, the venv's).
 """
 import argparse
 import datetime

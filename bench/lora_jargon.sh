@@ -32,7 +32,7 @@ install_missing_packages dict-jargon
 EXPORT_HF=${EXPORT_HF:-$(dirname "$TRAINER")/export_hf}
 data=$out/data
 mkdir -p "$data"
-# The pairs as scripts/prepare_jargon_sft.sh makes them, then as chat turns for an instruct model.
+# The pairs as bench/prepare_jargon_sft.sh makes them, then as chat turns for an instruct model.
 python3 "$SHADOWGRAD_ROOT/scripts/lib/jargon_sft.py" "$data/pairs" >&2
 "$SHADOWGRAD_PYTHON" - "$data" <<'PY'
 import json, sys

@@ -2,7 +2,7 @@
 """Memory levers on the seed model, measured: remat_policy at pdbs 1, 4 and 8 (tracked peak bytes, peak RSS, step
 time), the largest pdbs each policy fits in the memory `none` needs at pdbs=1, then each lever's saving at the
 benchmark's configuration (pdbs=1, K=4, bf16 compute), added one at a time, next to bench/peer.py's peak RSS.
-Behind scripts/memory_levers.sh; prints Markdown.
+Behind bench/memory_levers.sh; prints Markdown.
 
 Peak bytes = memory_report.json's peak_step_bytes (the tracking allocator's largest single-step peak: live tensors
 only). Peak RSS = the process's max RSS from wait4 (everything: LibTorch's own baseline, cached allocator blocks,

@@ -29,7 +29,7 @@ allocator's peak: "peak_mem_bytes" (torch.cuda.max_memory_allocated since the mo
 weights, gradients and optimizer state included) on every step line, and a last line {"memory": {...}} with the
 allocated and reserved peaks. These keys, and "device" in the config line, appear only with --device cuda: on the
 CPU the output is what it always was. (--profile's phases are host clocks and do not synchronize, so on a GPU they
-show launch time, not kernel time.) scripts/gpu_check.sh runs it this way against the trainer's hardware=cuda.
+show launch time, not kernel time.) bench/gpu_check.sh runs it this way against the trainer's hardware=cuda.
 Cost: one step of the seed model takes a few seconds on 2 cores; --compile adds a first compile of the order of a
 minute or more on 2 cores with an empty inductor cache (TORCHINDUCTOR_CACHE_DIR), seconds with a warm one.
 """

@@ -6,7 +6,7 @@ Prints a Markdown table: peak RSS (the process's max RSS from getrusage) and tok
 steps after --warmup, as each process timed them), each as the median and range over the pairs, plus the median of
 the per-pair differences and ratios, and the load average seen.
 
-  PYTHONPATH=build/python "$SHADOWGRAD_PYTHON" bench/python_pairs.py --pairs 5            # scripts/bench_python.sh
+  PYTHONPATH=build/python "$SHADOWGRAD_PYTHON" bench/python_pairs.py --pairs 5            # bench/bench_python.sh
   ... --variants fused         # the shadowgrad loop steps with shadowgrad.optim.AdamW (the plain loop keeps torch's)
   ... --variants torch,fused   # rounds of three runs: plain, shadowgrad + torch's AdamW, shadowgrad + the fused one
   ... --variants torch@DIR,torch   # the shadowgrad package in DIR against build/python's (A/B of two builds)

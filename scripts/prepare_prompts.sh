@@ -4,7 +4,8 @@
 # greedy samples at each evaluation (docs/generate.md, "Samples while training").
 # Cost: a Hugging Face tokenizer loads in ~2 s; encoding is instant for a few hundred prompts.
 #
-# Usage: scripts/prepare_prompts.sh IN.jsonl OUT.jsonl --tokenizer MODEL_DIR [--limit N]
+# Usage: scripts/prepare_prompts.sh IN OUT.jsonl --tokenizer MODEL_DIR [--limit N]
+#   IN: JSON Lines, a JSON list of objects, or Parquet; OUT's directory is created.
 #   Forms: {"prompt": TEXT} (encoded as it stands, with the BOS the tokenizer adds); {"messages": [...]} through the
 #   chat template with the assistant header added; an SFT line works too: {"prompt", "completion"} or messages ending
 #   in an assistant turn, whose answer is kept as "reference" and not shown to the model.

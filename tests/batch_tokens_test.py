@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/lib/batch_tokens.py (the equal-tokens batch-size study) against numbers computed by hand.
+"""bench/lib/batch_tokens.py (the equal-tokens batch-size study) against numbers computed by hand.
 
 Usage: tests/batch_tokens_test.py REPO     Exit: 0 pass; 1 fail.   Cost: well under a second.
 """
@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "scripts", "lib"))
+sys.path.insert(0, os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "bench", "lib"))
 import batch_tokens as bt  # noqa: E402
 import paired_stats as ps  # noqa: E402
 

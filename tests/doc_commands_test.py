@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every command line in README.md and docs/*.md that runs build/... or scripts/... must at least parse.
+"""Every command line in README.md and docs/*.md that runs build/..., scripts/... or bench/... must at least parse.
 
 Measured figures may drift with the machine; flags and config keys must not. For each such command (in fenced code
 blocks, and in inline `code` spans) this checks, cheaply and without training:
@@ -28,7 +28,7 @@ import tempfile
 
 REPO, BUILD = sys.argv[1], sys.argv[2]
 TRAINER_ARGS = {"trainer", "sweep.sh", "train.sh", "launch.sh", "memory_table.sh"}
-PROGRAM = re.compile(r"^(?:\./)?(build/[\w.-]+|scripts/[\w./-]+\.sh)$")
+PROGRAM = re.compile(r"^(?:\./)?(build/[\w.-]+|(?:scripts|bench)/[\w./-]+\.sh)$")
 
 
 def run(args, timeout=120, cwd=REPO, **kw):
@@ -135,7 +135,7 @@ def exact_examples(path):
         elif in_block and pending:
             if line.startswith("error:"):
                 entries.append(line.strip())
-            elif entries and line.strip() and not line.lstrip().startswith(("#", "build/", "scripts/")):
+            elif entries and line.strip() and not line.lstrip().startswith(("#", "build/", "scripts/", "bench/")):
                 entries[-1] += " " + line.strip()  # a wrapped message
     return out
 

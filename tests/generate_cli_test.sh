@@ -4,7 +4,13 @@
 #   - a word that is not a whole decimal integer ("x", "2.5", "3x", "0x10"), an id >= vocab_size or negative, an empty
 #     prompt, a --stop id outside the vocabulary, a flag CLI11 cannot convert: exit 2, the word on stderr;
 #   - the control: "1 2 3" generates (exit 0), and " 1  2 3 " (any whitespace) gives the same ids.
-# Cost: 1 trainer run of the tiny model (1 step) and 12 generate runs: ~10 s on 2 cores.
+# And scripts/generate.sh (through a word-level tokenizer made here) says each error once, in the user's own terms:
+#   - a run directory that does not exist: "no such directory", not "no tokenizer found";
+#   - --adapter DIR that does not exist: names --adapter, not lora_restore_path (a key the user never typed);
+#   - build/generate's own refusal (--step 99) is printed once, not twice;
+#   - a --prompts file whose line 2 is bad (not a prompt object; longer than the context) exits 2 naming FILE:2
+#     and writes nothing to --out; the control: two good lines give two answers.
+# Cost: 1 trainer run of the tiny model (1 step), 1 export, 12 generate runs and 6 generate.sh runs: ~30 s on 2 cores.
 #
 # Usage: tests/generate_cli_test.sh TRAINER GENERATE
 # Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed).
@@ -44,5 +50,47 @@ out=$("$generate" "$tmp/r" --prompt-ids "1 2 3" --max-new 5 2>"$tmp/err") || fai
 spaced=$("$generate" "$tmp/r" --prompt-ids $' 1\t 2  3 ' --max-new 5 2>&1) || fail "generate ' 1  2 3 ': $spaced"
 [[ $spaced == "$out" ]] || fail "the same ids with other whitespace gave '$spaced', not '$out'"
 echo "exit 0: generate --prompt-ids '1 2 3' --max-new 5: $out"
+
+# scripts/generate.sh: a word-level tokenizer within the tiny model's 64 ids, with a chat template.
+repo=$(cd "$(dirname "$0")/.." && pwd)
+export SHADOWGRAD_GENERATE=$generate
+"$repo/.venv/bin/python" - "$tmp/tok" <<'PY' || fail "making the tokenizer"
+import sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+specials = ["<unk>", "<s>", "</s>"]
+words = "the a of cat dog sat on mat what is hello hi and to in it was big small red".split()
+tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(specials + words)}, unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(sys.argv[1])
+PY
+script_refused() {  # script_refused NEEDLE ARGS...: generate.sh exits 2 with NEEDLE on stderr, in one error line
+  local needle=$1 rc=0
+  shift
+  "$repo/scripts/generate.sh" "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+  ((rc == 2)) || fail "generate.sh $* exited $rc, not 2 (stderr: $(cat "$tmp/err"))"
+  grep -qF -- "$needle" "$tmp/err" || fail "generate.sh $*: stderr does not name '$needle': $(cat "$tmp/err")"
+  (($(grep -c 'error' "$tmp/err") == 1)) || fail "generate.sh $*: the error is not said once: $(cat "$tmp/err")"
+  echo "exit 2: generate.sh $*: $(cat "$tmp/err")"
+}
+script_refused "$tmp/nope: no such directory" "$tmp/nope" --prompt hi
+"$(dirname "$generate")/export_hf" "$tmp/r" "$tmp/hf" >"$tmp/export.log" 2>&1 || fail "export_hf: $(cat "$tmp/export.log")"
+script_refused "--adapter $tmp/nope: no such directory" "$tmp/hf" --tokenizer "$tmp/tok" --adapter "$tmp/nope" --prompt hi
+! grep -q lora_restore_path "$tmp/err" || fail "--adapter's error names lora_restore_path: $(cat "$tmp/err")"
+script_refused "there is no checkpoint step-99" "$tmp/r" --tokenizer "$tmp/tok" --step 99 --prompt hi
+printf '%s\n' '{"prompt": "the cat sat"}' '{"text": "a dog"}' >"$tmp/bad_object.jsonl"
+script_refused "$tmp/bad_object.jsonl:2:" "$tmp/r" --tokenizer "$tmp/tok" --prompts "$tmp/bad_object.jsonl" \
+  --out "$tmp/answers.jsonl" --max-new 2
+[[ ! -e $tmp/answers.jsonl ]] || fail "--prompts with a bad line 2 wrote --out: $(cat "$tmp/answers.jsonl")"
+long=$(printf 'the cat sat on the mat %.0s' 1 2 3)  # 18 words, 18 tokens: more than the context's 16
+printf '%s\n' '{"prompt": "the cat sat"}' "{\"prompt\": \"$long\"}" >"$tmp/too_long.jsonl"
+script_refused "$tmp/too_long.jsonl:2: the prompt has 18 tokens; the context holds 16" "$tmp/r" --tokenizer "$tmp/tok" \
+  --prompts "$tmp/too_long.jsonl" --out "$tmp/answers.jsonl" --max-new 2
+[[ ! -e $tmp/answers.jsonl ]] || fail "--prompts with a too long line 2 wrote --out: $(cat "$tmp/answers.jsonl")"
+printf '%s\n' '{"prompt": "the cat sat"}' '{"prompt": "a dog"}' >"$tmp/good.jsonl"  # the control
+"$repo/scripts/generate.sh" "$tmp/r" --tokenizer "$tmp/tok" --prompts "$tmp/good.jsonl" --out "$tmp/answers.jsonl" \
+  --max-new 2 2>"$tmp/err" || fail "generate.sh --prompts good.jsonl: $(cat "$tmp/err")"
+(($(wc -l <"$tmp/answers.jsonl") == 2)) || fail "two good prompts gave: $(cat "$tmp/answers.jsonl")"
+echo "exit 0: generate.sh --prompts good.jsonl: 2 answers"
 rm -rf "$tmp"
 echo "generate_cli: PASS"

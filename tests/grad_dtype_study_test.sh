@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Intent: end-to-end test of scripts/grad_dtype_study.sh (and so of scripts/corpus_study.sh --seeds) on a tiny model
+# Intent: end-to-end test of bench/grad_dtype_study.sh (and so of bench/corpus_study.sh --seeds) on a tiny model
 # and a tiny corpus: two seeds of the fp32, bf16 and bf16sr arms must train with both seeds varied together, give
 # a paired table with one row per arm, skip every finished run when re-run and a run another process is training,
 # and a run trained again must repeat its losses bit for bit (same machine, same thread count).
@@ -31,7 +31,7 @@ awk 'BEGIN { srand(7); split("in the beginning god created heaven and earth was 
   fail "tokenize failed: $(tail -3 "$tmp/tokenize.log")"
 
 study() {
-  "$repo/scripts/grad_dtype_study.sh" --seeds 2 --ks 32 --data "$tmp/data" --out "$tmp/study" --jobs 2 \
+  "$repo/bench/grad_dtype_study.sh" --seeds 2 --ks 32 --data "$tmp/data" --out "$tmp/study" --jobs 2 \
     base_emb_dim=32 base_num_query_heads=2 base_num_kv_heads=1 head_dim=16 base_mlp_dim=64 max_target_length=16 \
     gradient_accumulation_steps=4 steps=3 eval_interval=1 eval_steps=2 eval_per_device_batch_size=4 \
     grad_fidelity_period=1 checkpoint_period=2

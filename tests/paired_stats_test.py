@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/lib/paired_stats.py against numbers computed by hand, and its t quantiles against a published table.
+"""bench/lib/paired_stats.py against numbers computed by hand, and its t quantiles against a published table.
 
 Usage: tests/paired_stats_test.py REPO     Exit: 0 pass; 1 fail.   Cost: well under a second.
 """
@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "scripts", "lib"))
+sys.path.insert(0, os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "bench", "lib"))
 import paired_stats as ps  # noqa: E402
 
 failures = []

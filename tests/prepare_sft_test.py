@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""scripts/prepare_sft.sh end to end: each JSONL form, read back from the binary file by an independent parser that
-follows docs/data.md; a BOS the tokenizer's post-processor adds; --max-length truncation and dropping; bad lines exit
-2 naming FILE:LINE.
+"""scripts/prepare_sft.sh end to end: each row form (prompt/completion as text and as messages, Alpaca, messages,
+ShareGPT, text, pre-tokenized), read back from the binary file by an independent parser that follows docs/data.md;
+JSON Lines, a JSON list and Parquet giving the same examples; a BOS the tokenizer's post-processor adds; --max-length
+truncation and dropping; the output's directory created (prepare_prompts.sh's too); bad rows exit 2 naming FILE:LINE
+(or FILE:row N) and the field.
 
 Usage: prepare_sft_test.py REPO   (run by the venv's python: it needs tokenizers, transformers and numpy)
 A tiny word-level Hugging Face tokenizer with a chat template is built here, so nothing is downloaded.
-Cost: ~10 s (transformers' import, five runs of the script).
+Cost: ~20 s of CPU (about twenty-five runs of the script, ~1 s each where it loads the tokenizer).
 """
 import json
 import os
@@ -60,7 +62,7 @@ def read_sft(path):
 def run(args, expect=0):
     env = dict(os.environ, SHADOWGRAD_VENV=sys.prefix)  # this interpreter's venv
     r = subprocess.run([SCRIPT] + args, capture_output=True, text=True, env=env)
-    if r.returncode != expect:
+    if r.returncode != expect or "Traceback" in r.stderr:
         sys.exit(f"FAIL: prepare_sft.sh {' '.join(args)} exited {r.returncode}, expected {expect}\n{r.stdout}{r.stderr}")
     return r.stdout + r.stderr
 
@@ -70,6 +72,15 @@ def jsonl(directory, name, rows):
     with open(path, "w") as f:
         for row in rows:
             f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
+    return path
+
+
+def parquet(directory, name, rows):
+    import pyarrow
+    import pyarrow.parquet
+    path = os.path.join(directory, name)
+    keys = list(dict.fromkeys(k for row in rows for k in row))  # every row's columns (from_pylist takes the first's)
+    pyarrow.parquet.write_table(pyarrow.Table.from_pydict({k: [row.get(k) for row in rows] for k in keys}), path)
     return path
 
 
@@ -143,17 +154,82 @@ def main():
     out = run([src, os.path.join(d, "d.sft"), "--max-length", "6", "--long", "drop"])
     check("dropped: 2; 2 longer than --max-length 6" in out, "--long drop: 2 dropped, reason given")
 
+    # ShareGPT: the same conversation as "messages" gives the same example.
+    sharegpt = [{"from": {"user": "human", "assistant": "gpt"}[m["role"]], "value": m["content"]} for m in conv]
+    src = jsonl(d, "sharegpt.jsonl", [{"conversations": [{"from": "system", "value": "hi"}] + sharegpt}])
+    out = run([src, os.path.join(d, "sharegpt.sft")] + tok)
+    ids, flags = read_sft(os.path.join(d, "sharegpt.sft"))[0]
+    check(ids[:3] == [vocab["<|system|>"], vocab["hi"], vocab["<|end|>"]] and ids[3:] == read_sft(os.path.join(d, "chat.sft"))[0][0]
+          and [t for t, f in zip(ids, flags) if f] == targets and "sharegpt 1" in out,
+          "ShareGPT: system/human/gpt become system/user/assistant; the gpt turns are the targets")
+
+    # TRL's conversational prompt/completion: everything the template adds after the prompt (with its generation
+    # prompt) is a target.
+    src = jsonl(d, "convpc.jsonl", [{"prompt": conv[:3], "completion": conv[3:]}])
+    run([src, os.path.join(d, "convpc.sft")] + tok)
+    prompt_ids = v("<|user|> hello <|end|>") + [vocab["<|assistant|>"]] + v("hi <|end|> <|user|> what is the capital "
+                                                                            "of france <|end|>") + [vocab["<|assistant|>"]]
+    check(read_sft(os.path.join(d, "convpc.sft")) == [(prompt_ids + v("paris") + [vocab["<|end|>"]],
+                                                       [0] * len(prompt_ids) + [1, 1])],
+          "conversational prompt/completion: the completion's tokens are the only targets, the prompt's assistant "
+          "turn is not")
+
+    # {"text"}: every token a target (the first predicted from the BOS where the tokenizer adds one), EOS appended.
+    src = jsonl(d, "text.jsonl", [{"text": "the cat sat on the mat"}])
+    run([src, os.path.join(d, "text.sft")] + tok)
+    check(read_sft(os.path.join(d, "text.sft")) == [(v("the cat sat on the mat") + [eos], [0] + [1] * 6)],
+          "text: every token but the first is a target, EOS appended")
+    run([src, os.path.join(d, "textbos.sft"), "--tokenizer", os.path.join(d, "tok_bos")])
+    check(read_sft(os.path.join(d, "textbos.sft")) == [([bos] + v("the cat sat on the mat") + [eos], [0] + [1] * 7)],
+          "text: with a BOS, every token of the text is a target")
+
+    # A JSON list and Parquet give what JSON Lines gives; the output's directory is created.
+    rows = [{"prompt": "what is the capital of france", "completion": "paris"}, {"messages": conv},
+            {"input_ids": [5, 6, 7, 8], "labels": [5, -100, 7, 8]}, {"text": "the cat sat on the mat"}]
+    run([jsonl(d, "mixed.jsonl", rows), os.path.join(d, "mixed.sft")] + tok)
+    with open(os.path.join(d, "mixed.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    out = run([os.path.join(d, "mixed.json"), os.path.join(d, "new", "dir", "json.sft")] + tok)
+    want = read_sft(os.path.join(d, "mixed.sft"))
+    check(len(want) == 4 and read_sft(os.path.join(d, "new", "dir", "json.sft")) == want,
+          "a JSON list: the same examples as JSON Lines, into a directory that did not exist")
+    run([parquet(d, "mixed.parquet", rows), os.path.join(d, "pq.sft")] + tok)
+    check(read_sft(os.path.join(d, "pq.sft")) == want, "Parquet (a null column is an absent field): the same examples")
+    sharegpt_rows = [{"conversations": sharegpt}] * 2
+    run([parquet(d, "sharegpt.parquet", sharegpt_rows), os.path.join(d, "pqsg.sft")] + tok)
+    check(read_sft(os.path.join(d, "pqsg.sft")) == [read_sft(os.path.join(d, "chat.sft"))[0]] * 2,
+          "Parquet: ShareGPT rows (lists of structs)")
+
+    # prepare_prompts.sh creates its output's directory too.
+    prompts = os.path.join(d, "p", "q", "prompts.jsonl")
+    r = subprocess.run([os.path.join(REPO, "scripts", "prepare_prompts.sh"), os.path.join(d, "pc.jsonl"), prompts]
+                       + tok, capture_output=True, text=True, env=dict(os.environ, SHADOWGRAD_VENV=sys.prefix))
+    if r.returncode != 0:
+        sys.exit(f"FAIL: prepare_prompts.sh exited {r.returncode}\n{r.stdout}{r.stderr}")
+    check(len(open(prompts).readlines()) == 2, "prepare_prompts.sh writes into a directory that did not exist")
+
     # Bad lines: exit 2 naming FILE:LINE.
     bad = [("notjson.jsonl", ['{"input_ids": [1, 2]}', "{oops"], ":2: not JSON"),
            ("form.jsonl", [{"question": "x"}], ":1: unknown form"),
-           ("labels.jsonl", [{"input_ids": [1, 2], "labels": [-100, 3]}], ":1: labels[1] = 3"),
-           ("notok.jsonl", [{"prompt": "a", "completion": "b"}], ":1: text needs --tokenizer"),
-           ("noassistant.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}], ":1: \"messages\" has no "
-                                                                                       "assistant turn")]
+           ("labels.jsonl", [{"input_ids": [1, 2], "labels": [-100, 3]}], ":1: labels[1]: 3"),
+           ("notok.jsonl", [{"prompt": "a", "completion": "b"}], ":1: prompt: text needs --tokenizer"),
+           ("noassistant.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}], ":1: messages: no assistant "
+                                                                                       "turn"),
+           ("from.jsonl", [{"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "a"}]}],
+            ":1: conversations[1].from: 'bot': expected human, gpt or system"),
+           ("pair.jsonl", [{"prompt": "a", "chosen": "b", "rejected": "c"}], ":1: a preference pair"),
+           ("convpc.jsonl", [{"prompt": [{"role": "user", "content": "hi"}], "completion": "a"}],
+            ":1: completion: must be a list")]
     for name, lines, expected in bad:
         src = jsonl(d, name, lines)
         out = run([src, os.path.join(d, "bad.sft")], expect=2)
         check(src + expected in out, f"{name}: exit 2 with '{os.path.basename(src)}{expected}'")
+    out = run([jsonl(d, "form.jsonl", [{"question": "x"}]), os.path.join(d, "bad.sft")], expect=2)
+    check(all(f in out for f in ('"completion"', '"messages"', '"conversations"', '"instruction"', '"text"',
+                                 '"input_ids"')), "an unknown form lists the forms known")
+    src = parquet(d, "bad.parquet", [{"input_ids": [1, 2]}, {"input_ids": [1, -3]}])
+    out = run([src, os.path.join(d, "bad.sft")], expect=2)
+    check(src + ":row 1: input_ids[1]: -3 is not a token id" in out, "Parquet: a bad row named FILE:row N (from 0)")
     print("prepare_sft_test: all passed")
 
 

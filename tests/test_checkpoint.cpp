@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -416,6 +417,44 @@ TEST_CASE("checkpoint_period, the last step, and keeping the newest N", "[checkp
   CHECK(ckpt.steps() == std::vector<int64_t>{8, 10});
   c.enable_checkpointing = false;
   CHECK_FALSE(checkpointer(c, base + "/r").due(8));
+}
+
+TEST_CASE("a protected step (keep_best_checkpoint) stays out of the rotation", "[checkpoint]") {
+  const std::string base = tp::fresh_dir("ckpt_protect");
+  config::Config c = rig_config(base, 1, "float32");
+  c.steps = 10;
+  c.max_num_checkpoints_to_keep = 1;
+  auto ckpt = checkpointer(c, base + "/r");
+  Rig rig(c);
+  ckpt.protect(4);
+  for (int64_t s : {2, 4, 6, 8}) ckpt.save({s, 0, 0}, rig.module(), rig.step->optimizer());
+  CHECK(ckpt.steps() == std::vector<int64_t>{4, 8});  // the newest one, and step 4 besides it
+  ckpt.protect(8);  // a better step: 4 is rotated out at the next save
+  ckpt.save({10, 0, 0}, rig.module(), rig.step->optimizer());
+  CHECK(ckpt.steps() == std::vector<int64_t>{8, 10});
+  ckpt.protect(-1);  // control: nothing protected keeps the newest one only
+  ckpt.save({11, 0, 0}, rig.module(), rig.step->optimizer());
+  CHECK(ckpt.steps() == std::vector<int64_t>{11});
+}
+
+TEST_CASE("metrics.jsonl's evaluations: read back, kept up to the checkpoint, the best one", "[checkpoint]") {
+  const std::string dir = tp::fresh_dir("ckpt_evals");
+  fs::create_directories(dir);
+  const std::string path = dir + "/metrics.jsonl";
+  std::ofstream(path) << "{\"step\": 1, \"loss\": 4.5, \"eval_loss\": 3.5}\n{\"step\": 2, \"loss\": 4.25}\n"
+                         "{\"step\": 3, \"loss\": 4, \"eval_loss\": 3.25}\n{\"step\": 4, \"loss\": 4, \"eval_loss\": null}\n"
+                         "{\"step\": 5, \"loss\": 4, \"eval_loss\": 3.75}\n";
+  const auto all = checkpoint::read_evaluations(path);
+  REQUIRE(all.size() == 4);
+  CHECK(all[3].step == 5);
+  CHECK(std::isnan(all[2].eval_loss));
+  REQUIRE(checkpoint::best_evaluation(all));
+  CHECK(checkpoint::best_evaluation(all)->step == 3);
+  CHECK_FALSE(checkpoint::best_evaluation({{4, std::nan("")}}));
+  const auto tail = checkpoint::truncate_metrics(path, 3);
+  REQUIRE(tail.evaluations.size() == 2);
+  CHECK(tail.evaluations[1].step == 3);
+  CHECK(tail.evaluations[1].eval_loss == 3.25);
 }
 
 TEST_CASE("truncate_metrics keeps each step up to the checkpoint once and drops a torn line", "[checkpoint]") {

@@ -39,6 +39,15 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
   return "";
 }
 
+std::string config_error_of_file(const std::string& path) {
+  try {
+    load_config(path, {});
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 } // namespace
 
 TEST_CASE("configs/base.yml equals the schema's defaults, key by key and byte by byte", "[config]") {
@@ -117,4 +126,73 @@ TEST_CASE("config paths resolve against the current directory, then configs/", "
   const std::string configs = SHADOWGRAD_SOURCE_DIR "/configs";
   CHECK(resolve_config_path("base.yml", configs) == configs + "/base.yml");
   CHECK(resolve_config_path("/abs/x.yml", configs) == "/abs/x.yml");
+}
+
+namespace {
+
+std::string config_temp_dir_with(const std::vector<std::pair<std::string, std::string>>& files) {
+  static int n = 0;
+  auto dir = std::filesystem::temp_directory_path() / ("sg_base_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+  std::filesystem::create_directories(dir);
+  for (const auto& [name, text] : files) std::ofstream(dir / name) << text;
+  return dir.string();
+}
+
+} // namespace
+
+TEST_CASE("base_config reads the named file first, then this file's keys, then the overrides", "[config]") {
+  const auto dir = config_temp_dir_with({{"parent.yml", "steps: 7\nlearning_rate: 1e-3\nlog_period: 5\n"},
+                                  {"child.yml", "base_config: parent.yml\nlearning_rate: 2e-4\nlog_period: 25\n"}});
+  Config c = load_config(dir + "/child.yml", {"steps=9"});
+  CHECK(c.learning_rate == 2e-4);  // the child over its base
+  CHECK(c.steps == 9);             // the override over both
+  CHECK(c.log_period == 25);
+  CHECK(c.given_keys.count("learning_rate"));
+  CHECK_FALSE(c.given_keys.count("log_period"));  // set back to its default: not given
+  Config parent_only = load_config(dir + "/child.yml", {});
+  CHECK(parent_only.steps == 7);  // the base's value where the child says nothing
+  CHECK(parent_only.given_keys.count("steps"));
+}
+
+TEST_CASE("base_config: a cycle or a missing file is an error naming FILE:LINE", "[config][errors]") {
+  const auto dir = config_temp_dir_with({{"a.yml", "steps: 3\nbase_config: b.yml\n"},
+                                  {"b.yml", "base_config: a.yml\n"},
+                                  {"self.yml", "base_config: self.yml\n"},
+                                  {"lost.yml", "steps: 2\nbase_config: nowhere.yml\n"}});
+  CHECK_THAT(config_error_of_file(dir + "/a.yml"), Catch::Contains("b.yml:1: base_config 'a.yml' is a cycle"));
+  CHECK_THAT(config_error_of_file(dir + "/self.yml"), Catch::Contains("self.yml:1: base_config 'self.yml' is a cycle"));
+  CHECK_THAT(config_error_of_file(dir + "/lost.yml"), Catch::Contains("lost.yml:2: base_config: config file") &&
+                                                   Catch::Contains("nowhere.yml' does not exist"));
+}
+
+// The keys a recipe lists at base.yml's value (repeats), and how many it lists.
+std::pair<std::vector<std::string>, int> repeats_of_base(const std::string& path) {
+  const Config base = load_config(SHADOWGRAD_SOURCE_DIR "/configs/base.yml", {});
+  const std::string text = slurp(path);
+  const Config c = load_config(path, {"dataset_path=/d"});
+  std::vector<std::string> repeated;
+  int listed = 0;
+  for (const auto& key : schema()) {
+    if (text.find("\n" + key.name + ": ") == std::string::npos) continue;
+    ++listed;
+    if (key.get(c) == key.get(base)) repeated.push_back(key.name);
+  }
+  return {repeated, listed};
+}
+
+TEST_CASE("the recipes inherit base.yml and repeat none of its values", "[config]") {
+  const std::string configs = SHADOWGRAD_SOURCE_DIR "/configs/";
+  for (const std::string recipe : {"sft.yml", "lora.yml", "dpo.yml"}) {
+    INFO(recipe);
+    REQUIRE_THAT(slurp(configs + recipe), Catch::Contains("\nbase_config: base.yml\n"));
+    const auto [repeated, listed] = repeats_of_base(configs + recipe);
+    CHECK(repeated.empty());
+    CHECK(listed >= 5);
+  }
+  // Control: a recipe that lists base.yml's own steps is caught.
+  const auto dir = config_temp_dir_with({{"r.yml", "base_config: " + configs + "base.yml\ndataset_type: sft\nsteps: 300\n"}});
+  CHECK(repeats_of_base(dir + "/r.yml").first == std::vector<std::string>{"steps"});
+  CHECK(load_config(configs + "lora.yml", {"dataset_path=/d"}).lora_rank == 16);
+  CHECK(load_config(configs + "dpo.yml", {"dataset_path=/d"}).use_dpo);
+  CHECK(load_config(configs + "sft.yml", {"dataset_path=/d"}).learning_rate == 2e-5);
 }

@@ -12,8 +12,9 @@ Usage: generate.py SOURCE (--prompt TEXT | --prompts FILE.jsonl | --chat) [optio
   --max-new N       most new tokens (64); generation also stops at the tokenizer's EOS and generation_config.json's
   --temperature T   0 (default): greedy; with --top-k K, --top-p P and --seed S (the same seed, the same text)
   --tokenizer DIR   where tokenizer.json is (default: the model directory, a run's hf/, the adapter's directory)
-Exit: 0 ok; 1 failure; 2 bad input (an empty prompt, one longer than the context, a token id outside the vocabulary,
-an adapter that does not fit the base, a bad JSONL line named FILE:LINE); Ctrl-C in --chat ends with 0.
+Exit: 0 ok; 1 failure; 2 bad input (a SOURCE, --adapter or --tokenizer that does not exist, an empty prompt, one
+longer than the context, a token id outside the vocabulary, an adapter that does not fit the base, a bad JSONL line
+named FILE:LINE: every line is checked before the first answer is written); Ctrl-C in --chat ends with 0.
 """
 import argparse
 import json
@@ -26,6 +27,14 @@ EXIT_BAD_INPUT = 2
 
 class BadInput(Exception):
     pass
+
+
+class ModelExited(Exception):
+    """build/generate refused to start and has said why on stderr itself: exit with its code, saying nothing more."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
 
 
 def read_yaml_key(path, key):
@@ -89,8 +98,7 @@ class Model:
                                      start_new_session=True)
         ready = self._read()
         if "error" in ready:
-            code = self.proc.wait()
-            raise BadInput(ready["error"]) if code == EXIT_BAD_INPUT else RuntimeError(ready["error"])
+            raise ModelExited(self.proc.wait())
         self.info = ready
 
     def _read(self):
@@ -161,30 +169,53 @@ def summary(result):
             f"finish {result['finish']}, first token {result['first_token_s'] * 1000:.0f} ms, {rate:.1f} tokens/s]")
 
 
-def run_prompts(args, tok, model, options):
+def read_prompts(path, tok):
+    """Every line of a --prompts file as (FILE:LINE, the object, its token ids), all checked before anything is
+    generated: a bad line anywhere leaves --out unwritten."""
+    prompts = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                item = json.loads(line)
+                if not isinstance(item, dict) or ("messages" in item) == ("prompt" in item):
+                    raise BadInput('expected an object with "prompt" or "messages"')
+                if "messages" in item:
+                    if not item["messages"]:
+                        raise BadInput("the prompt is empty")
+                    ids = chat_ids(tok, item["messages"])
+                else:
+                    ids = text_ids(tok, item["prompt"])
+            except (BadInput, json.JSONDecodeError) as e:
+                raise BadInput(f"{where}: {e}")
+            prompts.append((where, item, ids))
+    return prompts
+
+
+def check_fits(prompts, info):
+    """The model's own refusals (build/generate's Generator::run), asked of every prompt before the first answer."""
+    for where, _, ids in prompts:
+        if len(ids) > info["max_length"]:
+            raise BadInput(f"{where}: the prompt has {len(ids)} tokens; the context holds {info['max_length']}")
+        outside = [i for i in ids if not 0 <= i < info["vocab_size"]]
+        if outside:
+            raise BadInput(f"{where}: prompt token id {outside[0]} is outside the vocabulary [0, {info['vocab_size']})")
+
+
+def run_prompts(args, tok, model, options, prompts):
+    check_fits(prompts, model.info)
     out = open(args.out, "w") if args.out else sys.stdout
     try:
-        with open(args.prompts) as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{args.prompts}:{number}"
-                try:
-                    item = json.loads(line)
-                    if not isinstance(item, dict) or ("messages" in item) == ("prompt" in item):
-                        raise BadInput('expected an object with "prompt" or "messages"')
-                    if "messages" in item:
-                        if not item["messages"]:
-                            raise BadInput("the prompt is empty")
-                        ids = chat_ids(tok, item["messages"])
-                    else:
-                        ids = text_ids(tok, item["prompt"])
-                    result = model.generate(ids, options)
-                except (BadInput, json.JSONDecodeError) as e:
-                    raise BadInput(f"{where}: {e}")
-                record = {**item, "completion": tok.decode(result["ids"], skip_special_tokens=True), **result}
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                out.flush()
+        for where, item, ids in prompts:
+            try:
+                result = model.generate(ids, options)
+            except BadInput as e:
+                raise BadInput(f"{where}: {e}")
+            record = {**item, "completion": tok.decode(result["ids"], skip_special_tokens=True), **result}
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            out.flush()
     finally:
         if out is not sys.stdout:
             out.close()
@@ -245,18 +276,28 @@ def main():
     args = p.parse_args()
     if args.prompt is not None and not args.prompt:
         raise BadInput("the prompt is empty")
+    if args.max_new < 1:
+        raise BadInput(f"--max-new must be >= 1, got {args.max_new}")
+    for what, path in (("", args.source), ("--adapter ", args.adapter), ("--tokenizer ", args.tokenizer),
+                       ("--prompts ", args.prompts)):
+        if path and not os.path.exists(path):
+            raise BadInput(f"{what}{path}: no such {'file' if what == '--prompts ' else 'directory'}")
+    if args.adapter and not os.path.isfile(os.path.join(args.adapter, "adapter_config.json")):
+        raise BadInput(f"--adapter {args.adapter}: no adapter_config.json in it (a peft adapter directory holds "
+                       "adapter_config.json and adapter_model.safetensors)")
 
     tok_dir = tokenizer_dir(args)
     from hf_tokenizer import load_tokenizer  # after the cheap checks: transformers takes ~1 s to import
     tok = load_tokenizer(tok_dir)
     options = {"max_new": args.max_new, "stop": stop_ids(tok, tok_dir, args.source), "temperature": args.temperature,
                "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed}
+    prompts = read_prompts(args.prompts, tok) if args.prompts else None
     model = Model(args)
     try:
         if args.chat:
             run_chat(args, tok, model, options)
         elif args.prompts:
-            run_prompts(args, tok, model, options)
+            run_prompts(args, tok, model, options, prompts)
         else:
             messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
                 [{"role": "user", "content": args.prompt}]
@@ -275,6 +316,8 @@ if __name__ == "__main__":
     except BadInput as e:
         print(f"generate: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    except ModelExited as e:
+        sys.exit(e.code)
     except KeyboardInterrupt:
         print(file=sys.stderr)
         sys.exit(0)

@@ -8,6 +8,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dataset_io import read_rows, write_atomically  # noqa: E402
 from generate import BadInput, EXIT_BAD_INPUT, chat_ids, stop_ids, text_ids  # noqa: E402
 
 
@@ -45,23 +46,19 @@ def main():
     tok = load_tokenizer(args.tokenizer)
     stops = stop_ids(tok, args.tokenizer, args.tokenizer)
     lines = []
-    with open(args.input) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                item = encode(json.loads(line), tok)
-            except (BadInput, json.JSONDecodeError, KeyError, TypeError) as e:
-                raise BadInput(f"{args.input}:{number}: {e}")
-            item["stop_ids"] = stops
-            lines.append(item)
-            if args.limit and len(lines) == args.limit:
-                break
+    for label, row in read_rows(args.input):
+        try:
+            item = encode(row, tok)
+        except (BadInput, KeyError, TypeError) as e:
+            raise BadInput(f"{label}: {e}")
+        item["stop_ids"] = stops
+        lines.append(item)
+        if args.limit and len(lines) == args.limit:
+            break
     if not lines:
         raise BadInput(f"{args.input}: no prompts")
-    with open(args.output, "w") as g:
-        for item in lines:
-            g.write(json.dumps(item, ensure_ascii=False) + "\n")
+    text = "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in lines)
+    write_atomically(args.output, [text.encode("utf-8")], "prepare_prompts")
     longest = max(len(i["prompt_ids"]) for i in lines)
     print(f"prepare_prompts: {len(lines)} prompts, the longest {longest} tokens, stop ids {stops} -> {args.output}")
 

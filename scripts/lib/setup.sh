@@ -18,7 +18,11 @@ SHADOWGRAD_TORCH_PINS=(torch==2.14.1 torchvision==0.29.1 numpy)
 # Hugging Face interop (docs/huggingface.md): the parity tests build tiny models with transformers' own classes,
 # scripts/prepare_model.sh turns a GGUF into a model directory (gguf, accelerate), and token files are written with a
 # model's own tokenizer.json (tokenizers). peft is the reference for LoRA adapters (docs/lora.md). 5.24.0 is the newest transformers pip resolves here (5.25 needs kernels>=0.19).
-SHADOWGRAD_HF_PINS=(transformers==5.24.0 safetensors==0.8.0 tokenizers==0.23.3 gguf==0.19.0 accelerate==1.16.0 peft==0.21.2)
+# The fine-tuner's tools: pyarrow reads the hub's Parquet (prepare_sft.sh, prepare_preference.sh); trl (with datasets)
+# is the preference loss's reference in the parity tests; tensorboard writes and reads the event files; lm-eval runs
+# benchmarks on an export (scripts/evaluate.sh).
+SHADOWGRAD_HF_PINS=(transformers==5.24.0 safetensors==0.8.0 tokenizers==0.23.3 gguf==0.19.0 accelerate==1.16.0 peft==0.21.2
+                    pyarrow==26.0.1 trl==1.16.0 datasets==5.2.0 tensorboard==2.21.0 lm-eval==0.4.13)
 # SHADOWGRAD_VENV may point several worktrees at one venv.
 SHADOWGRAD_VENV="${SHADOWGRAD_VENV:-$SHADOWGRAD_ROOT/.venv}"
 SHADOWGRAD_PYTHON="$SHADOWGRAD_VENV/bin/python"

@@ -189,6 +189,7 @@ void Checkpointer::prune() const {
   if (options_.max_to_keep <= 0) return;
   std::vector<int64_t> all = steps();
   std::error_code ec;
+  std::erase(all, protected_step_);  // neither deleted nor counted among the newest
   for (size_t i = 0; i + size_t(options_.max_to_keep) < all.size(); ++i) {
     // Renamed first, so a crash half-way through the delete never leaves a damaged step-N behind.
     const std::string doomed = fmt::format("{}/.deleting-step-{}", dir_, all[i]);

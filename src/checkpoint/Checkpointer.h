@@ -67,6 +67,9 @@ class Checkpointer {
   // Loads checkpoint step-<step> exactly, with no clean-up and no fallback. Collective and throwing as restore().
   TrainState load(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer);
 
+  // Keeps checkpoint step-<step> out of the rotation (keep_best_checkpoint: the best eval_loss); -1 protects none.
+  void protect(int64_t step) { protected_step_ = step; }
+
   // Steps of the step-N directories, ascending (complete or not; restore() verifies).
   std::vector<int64_t> steps() const;
   std::string step_dir(int64_t step) const;
@@ -83,6 +86,7 @@ class Checkpointer {
   CheckpointOptions options_;
   std::string dir_;  // <run_dir>/checkpoints
   Topology topology_;
+  int64_t protected_step_ = -1;
 };
 
 // True when the run directory named by the config holds at least one step-N checkpoint and resume is on.

@@ -1,6 +1,7 @@
 #include "checkpoint/MetricsTail.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -49,10 +50,32 @@ MetricsTail truncate_metrics(const std::string& path, int64_t step) {
     tail.seconds += number_after(line, "step_time_s", 0);
     tail.peak_mem_bytes = std::max(tail.peak_mem_bytes, number_after(line, "peak_mem_bytes", -1));
     tail.eval_loss = number_after(line, "eval_loss", tail.eval_loss);
+    if (line.find("\"eval_loss\": ") != std::string::npos) tail.evaluations.push_back({s, number_after(line, "eval_loss", nan)});
     kept += line + "\n";
   }
   util::write_file_atomically(path, kept);
   return tail;
+}
+
+std::vector<Evaluation> read_evaluations(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return {};
+  const std::string text = read_whole_file(path);
+  std::vector<Evaluation> out;
+  for (size_t pos = 0, end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
+    const std::string line = text.substr(pos, end - pos);
+    if (line.find("\"eval_loss\": ") == std::string::npos) continue;
+    out.push_back({static_cast<int64_t>(number_after(line, "step", 0)),
+                   number_after(line, "eval_loss", std::numeric_limits<double>::quiet_NaN())});
+  }
+  return out;
+}
+
+const Evaluation* best_evaluation(const std::vector<Evaluation>& evaluations) {
+  const Evaluation* best = nullptr;
+  for (const auto& e : evaluations)
+    if (std::isfinite(e.eval_loss) && (!best || e.eval_loss < best->eval_loss)) best = &e;
+  return best;
 }
 
 } // namespace shadowgrad::checkpoint

@@ -1,5 +1,6 @@
 #include "config/ConfigLoader.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -105,28 +106,60 @@ void apply_overrides(Config& cfg, const std::vector<std::string>& overrides) {
   }
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return load_config_text(read_file(path), path, overrides);
+namespace {
+
+// base_config names another YAML file to read first: next to the file that names it, else in the project's configs/
+// (where base.yml lives), as CONFIG is looked up.
+std::string base_config_path(const std::string& name, const std::string& from) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path beside = fs::path(from).parent_path() / name;
+  if (!fs::path(name).is_absolute() && fs::exists(beside, ec)) return beside.string();
+  return resolve_config_path(name, SHADOWGRAD_SOURCE_DIR "/configs");
 }
 
-Config load_config_text(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
+// Applies one file's keys over `cfg`: its base_config first (MaxText's key), then its own keys. `chain` holds the
+// files being read, to refuse a cycle.
+void apply_file(Config& cfg, const std::string& text, const std::string& path, std::vector<std::string>& chain) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw ConfigError(fmt::format("{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.msg));
   }
-  Config cfg;
-  const Config defaults;
   if (!root.IsNull() && !root.IsMap())
     throw ConfigError(fmt::format("{}: expected a YAML map of key: value lines", path));
+  const Config defaults;
   std::set<std::string> seen;
   for (const auto& entry : root) {
     std::string where = fmt::format("{}:{}: ", path, entry.first.Mark().line + 1);
     if (!entry.first.IsScalar()) throw ConfigError(where + "a config key must be a plain name, not a list or map");
     std::string name = entry.first.as<std::string>();
-    const KeySpec& key = known_key(name, where);
     if (!seen.insert(name).second) throw ConfigError(fmt::format("{}config key '{}' appears twice", where, name));
+    if (name != "base_config") continue;
+    if (!entry.second.IsScalar() || entry.second.Scalar().empty())
+      throw ConfigError(where + "base_config must name a YAML file, e.g. base_config: base.yml");
+    const std::string base = base_config_path(entry.second.Scalar(), path);
+    std::error_code ec;
+    const std::string id = std::filesystem::weakly_canonical(base, ec).string();
+    if (std::find(chain.begin(), chain.end(), id) != chain.end())
+      throw ConfigError(fmt::format("{}base_config '{}' is a cycle: {} is already being read", where,
+                                    entry.second.Scalar(), base));
+    std::string base_text;
+    try {
+      base_text = read_file(base);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + "base_config: " + e.what());
+    }
+    chain.push_back(id);
+    apply_file(cfg, base_text, base, chain);
+    chain.pop_back();
+  }
+  for (const auto& entry : root) {
+    std::string where = fmt::format("{}:{}: ", path, entry.first.Mark().line + 1);
+    std::string name = entry.first.as<std::string>();
+    if (name == "base_config") continue;
+    const KeySpec& key = known_key(name, where);
     if (!entry.second.IsScalar() && !entry.second.IsNull())
       throw ConfigError(fmt::format("{}config key '{}' must be a single value, not a list or map", where, name));
     try {
@@ -134,8 +167,24 @@ Config load_config_text(const std::string& text, const std::string& path, const 
     } catch (const ConfigError& e) {
       throw ConfigError(where + e.what());
     }
-    if (key.get(cfg) != key.get(defaults)) cfg.given_keys.insert(name);
+    if (key.get(cfg) != key.get(defaults))
+      cfg.given_keys.insert(name);
+    else
+      cfg.given_keys.erase(name);  // set back to its default over a base_config
   }
+}
+
+} // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_config_text(read_file(path), path, overrides);
+}
+
+Config load_config_text(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
+  Config cfg;
+  std::error_code ec;
+  std::vector<std::string> chain{std::filesystem::weakly_canonical(path, ec).string()};
+  apply_file(cfg, text, path, chain);
   apply_overrides(cfg, overrides);
   validate(cfg);
   return cfg;
@@ -153,10 +202,27 @@ void validate(const Config& c) {
     fail("dataset_type=tokens needs dataset_path=<a token file> (build/tokenize writes train.bin)");
   if (c.dataset_type == DatasetType::sft && c.dataset_path.empty())
     fail("dataset_type=sft needs dataset_path=<an SFT file> (scripts/prepare_sft.sh writes one from JSONL)");
+  if (c.dataset_type == DatasetType::preference && c.dataset_path.empty())
+    fail("dataset_type=preference needs dataset_path=<a pair file> (scripts/prepare_preference.sh writes one)");
+  if (c.use_dpo && c.dataset_type != DatasetType::preference)
+    fail(fmt::format("use_dpo=true trains on chosen/rejected pairs, but dataset_type={}; set dataset_type=preference "
+                     "and dataset_path=<a pair file> (scripts/prepare_preference.sh)",
+                     c.dataset_type));
+  if (c.dataset_type == DatasetType::preference && !c.use_dpo)
+    fail("dataset_type=preference holds chosen/rejected pairs, which only the preference loss reads; set use_dpo=true "
+         "(docs/preference.md)");
+  if (c.dpo_label_smoothing > 0 && c.dpo_loss_type != DpoLossType::sigmoid)
+    fail(fmt::format("dpo_label_smoothing={} applies to dpo_loss_type=sigmoid only (got {})", c.dpo_label_smoothing,
+                     c.dpo_loss_type));
   if (c.dataset_type == DatasetType::synthetic && !c.dataset_path.empty())
     fail(fmt::format("dataset_path='{}' is set but dataset_type=synthetic; set dataset_type=text or tokens to use it",
                      c.dataset_path));
   validate_eval(c);
+  if (c.keep_best_checkpoint && !c.enable_checkpointing)
+    fail("keep_best_checkpoint=true keeps a checkpoint, and enable_checkpointing=false writes none");
+  if (c.keep_best_checkpoint && c.eval_interval <= 0 && c.eval_interval_sequences <= 0)
+    fail("keep_best_checkpoint=true keeps the checkpoint of the lowest eval_loss, and no evaluation is scheduled: set "
+         "eval_interval=N (and eval_dataset_path)");
   validate_batch_growth(c);
   validate_lr_schedule(c);
   if (c.eval_interval > 0 && c.eval_interval_sequences > 0)

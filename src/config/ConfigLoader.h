@@ -15,7 +15,10 @@ namespace shadowgrad::config {
 // `arg` as given if it exists (relative to the current directory), else `configs_dir/arg`.
 std::string resolve_config_path(const std::string& arg, const std::string& configs_dir);
 
-// Reads the YAML file (a flat map of schema keys), applies the overrides in order, then validates. Records in
+// Reads the YAML file (a flat map of schema keys), applies the overrides in order, then validates. A file may name
+// `base_config: OTHER.yml` (MaxText's key): OTHER is read first (looked up beside the file, else in the project's
+// configs/), then this file's keys over it, so a recipe lists only what it changes; a cycle or a missing base is a
+// ConfigError naming FILE:LINE. Records in
 // cfg.given_keys which keys were given (see Config.h). gradient_accumulation_steps is derived from global_batch_size
 // later, by derive_accumulation_steps (config/GlobalBatch.h), once the process count is known.
 // A key given twice, in the file or among the overrides, is an error: a sweep that sets a key twice

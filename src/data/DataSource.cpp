@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "data/PairSource.h"
 #include "data/SftSource.h"
 #include "data/SyntheticSource.h"
 #include "data/TextSource.h"
@@ -17,6 +18,8 @@ namespace {
 
 std::unique_ptr<DataSource> file_source(const DataOptions& o, const std::string& path, const std::string& key) {
   if (o.type == DataOptions::Type::sft) return std::make_unique<SftSource>(SftFile::open(path, key), o, key);
+  if (o.type == DataOptions::Type::preference)
+    return std::make_unique<PairSource>(PairFile::open(path, key), o, key);
   if (o.type == DataOptions::Type::tokens)
     return std::make_unique<TokenSource>(TokenFile::open(path, o.format, key), o.seed, o.vocab_size, o.max_length);
   return std::make_unique<TextSource>(path, o.seed, o.vocab_size, o.max_length, key);

@@ -7,6 +7,7 @@
 //   Batch b = source->examples(step, first, count);   // examples [first, first+count) of step's global batch
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "data/Batch.h"
 #include "data/DataOptions.h"
@@ -27,6 +28,9 @@ class DataSource {
   // True when eval_examples past eval_capacity() are empty rows (no target): the evaluator then covers every row,
   // the last batch part empty, instead of the whole batches only (SFT: every held-out example once).
   virtual bool eval_pads_past_end() const { return false; }
+  // Training examples (SFT rows, pairs, windows) in the run's first `epochs` passes over the data; -1 for endless
+  // synthetic data. What num_epochs counts.
+  virtual int64_t examples_in_epochs(int64_t epochs) const { return -1; }
 };
 
 // Builds the source the options ask for. Throws DataError for a missing, empty, binary, malformed or too-short
@@ -39,5 +43,7 @@ std::unique_ptr<DataSource> make_eval_source(const DataOptions& options);
 
 // A 64-bit hash of (seed, step, index): the per-example random stream both sources draw from.
 uint64_t example_hash(uint64_t seed, int64_t step, int64_t index);
+// Fisher-Yates driven by example_hash: the permutation depends only on (seed, stream, v.size()).
+void shuffle_by_seed(std::vector<int64_t>& v, uint64_t seed, int64_t stream);
 
 } // namespace shadowgrad::data

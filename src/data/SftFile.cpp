@@ -6,22 +6,13 @@
 
 #include <fmt/format.h>
 
+#include "data/LittleEndian.h"
 #include "util/Errors.h"
 #include "util/File.h"
 
 namespace shadowgrad::data {
 
 namespace {
-
-template <class T> T read_le(const std::string& bytes, size_t at) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= T(uint8_t(bytes[at + i])) << (8 * i);
-  return v;
-}
-
-template <class T> void append_le(std::string& out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(char(uint8_t(v >> (8 * i))));
-}
 
 int64_t padded8(int64_t n) { return (n + 7) / 8 * 8; }
 

@@ -12,18 +12,6 @@
 
 namespace shadowgrad::data {
 
-namespace {
-
-// Fisher-Yates driven by counter-based bits: the permutation depends only on (seed, stream, n).
-void shuffle(std::vector<int64_t>& v, uint64_t seed, int64_t stream) {
-  for (int64_t i = int64_t(v.size()) - 1; i > 0; --i) {
-    const uint64_t j = example_hash(seed, stream, i) % uint64_t(i + 1);
-    std::swap(v[size_t(i)], v[size_t(j)]);
-  }
-}
-
-} // namespace
-
 SftSource::SftSource(SftFile file, const DataOptions& o, const std::string& key)
     : file_(std::move(file)), seed_(o.seed), max_length_(o.max_length), packing_(o.packing),
       completion_only_(o.sft_train_on_completion_only) {
@@ -76,11 +64,11 @@ const std::vector<Row>& SftSource::epoch(int64_t e) const {
     const int64_t k = int64_t(epochs_.size());
     std::vector<int64_t> order(kept_.size());
     std::iota(order.begin(), order.end(), 0);
-    shuffle(order, seed_, 2 * k);  // streams 2e and 2e+1: the epoch's example order and its row order
+    shuffle_by_seed(order, seed_, 2 * k);  // streams 2e and 2e+1: the epoch's example order and its row order
     std::vector<Row> rows = pack(order);
     std::vector<int64_t> row_order(rows.size());
     std::iota(row_order.begin(), row_order.end(), 0);
-    shuffle(row_order, seed_, 2 * k + 1);  // FFD emits a buffer's longest examples first
+    shuffle_by_seed(row_order, seed_, 2 * k + 1);  // FFD emits a buffer's longest examples first
     std::vector<Row> shuffled;
     shuffled.reserve(rows.size());
     for (int64_t r : row_order) shuffled.push_back(std::move(rows[size_t(r)]));
@@ -93,6 +81,13 @@ const std::vector<Row>& SftSource::epoch(int64_t e) const {
 int64_t SftSource::rows_per_first_epoch() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return int64_t(epoch(0).size());
+}
+
+int64_t SftSource::examples_in_epochs(int64_t epochs) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t rows = 0;
+  for (int64_t e = 0; e < epochs; ++e) rows += int64_t(epoch(e).size());
+  return rows;
 }
 
 double SftSource::first_epoch_padding() const {

@@ -40,6 +40,8 @@ class SftSource : public DataSource {
   int64_t examples_kept() const { return int64_t(kept_.size()); }
   // Rows of the first epoch (packed or not), and its padding fraction: what packing achieved.
   int64_t rows_per_first_epoch() const;
+  // Rows of epochs [0, epochs): each epoch packs its own shuffle, so their row counts may differ slightly.
+  int64_t examples_in_epochs(int64_t epochs) const override;
   double first_epoch_padding() const;
 
  private:

@@ -15,6 +15,13 @@ uint64_t example_hash(uint64_t seed, int64_t step, int64_t index) {
   return mix64(mix64(mix64(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(index));
 }
 
+void shuffle_by_seed(std::vector<int64_t>& v, uint64_t seed, int64_t stream) {
+  for (int64_t i = int64_t(v.size()) - 1; i > 0; --i) {
+    const uint64_t j = example_hash(seed, stream, i) % uint64_t(i + 1);
+    std::swap(v[size_t(i)], v[size_t(j)]);
+  }
+}
+
 SyntheticSource::SyntheticSource(uint64_t seed, int64_t vocab_size, int64_t max_length, double min_length_fraction)
     : seed_(seed),
       vocab_size_(vocab_size),

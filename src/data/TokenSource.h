@@ -18,6 +18,8 @@ public:
   Batch examples(int64_t step, int64_t first, int64_t count) const override;
   Batch eval_examples(int64_t first, int64_t count) const override;
   int64_t eval_capacity() const override;
+  // An epoch of a token file: its (tokens - 1) / max_length windows (windows are drawn at random offsets).
+  int64_t examples_in_epochs(int64_t epochs) const override { return epochs * eval_capacity(); }
   const TokenFile& file() const { return file_; }
 
 private:

@@ -245,7 +245,8 @@ torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x, con
 }
 
 torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const torch::Tensor& k_proj,
-                                          const torch::Tensor& v, const Layout& layout) const {
+                                          const torch::Tensor& v_proj, const Layout& layout,
+                                          const CacheSlot* cache) const {
   const auto& o = options_;
   const int64_t B = q_proj.size(0), T = q_proj.size(1), G = o.num_kv_heads, R = o.num_query_heads / o.num_kv_heads;
   // Rotate, scale the small side (q; 1/sqrt(64) is a power of two, so exact), and move to [B,H,T,D]: one fused
@@ -255,25 +256,38 @@ torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const tor
   auto q = o.fused_kernels ? rope(q_proj, rope_cos_, rope_sin_, scale, pos)
                            : apply_rope(q_proj.transpose(1, 2), pos).mul_(scale);
   auto k = o.fused_kernels ? rope(k_proj, rope_cos_, rope_sin_, 1.0, pos) : apply_rope(k_proj.transpose(1, 2), pos);
+  auto v = v_proj.transpose(1, 2);
+  // Keys and values: this call's own, or the cache's after this call's are written into it.
+  const int64_t start = cache ? cache->start : 0, S = start + T;
+  if (cache) {
+    cache->k.narrow(2, start, T).copy_(k);
+    cache->v.narrow(2, start, T).copy_(v);
+    k = cache->k.narrow(2, 0, S);
+    v = cache->v.narrow(2, 0, S);
+  }
+  // The mask: a packed batch's block-causal one (additive, [B,1,T,T] over the heads); else causal from position 0
+  // (SDPA's own causal kernel), none for one new token, or the causal mask's rows start..S-1 for a chunk after start.
+  at::Tensor mask = layout.mask.defined() ? layout.mask.view({B, 1, T, T})
+                    : start > 0 && T > 1  ? causal_mask_.slice(0, start, S).slice(1, 0, S)
+                                          : at::Tensor();
+  const bool causal = !mask.defined() && start == 0 && T > 1;
   if (o.attention == DecoderOptions::Attention::autoselected) {
-    // q is already scaled. A packed batch's block-causal mask is additive: [B,1,T,T] broadcasts over the heads.
-    auto mask = layout.mask.defined() ? std::optional<at::Tensor>(layout.mask.view({B, 1, T, T})) : std::nullopt;
-    auto out = at::scaled_dot_product_attention(q, k, v.transpose(1, 2), mask, 0.0, !mask.has_value(), 1.0,
-                                                /*enable_gqa=*/G != o.num_query_heads);
+    auto out = at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
+                                                0.0, causal, 1.0, /*enable_gqa=*/G != o.num_query_heads);
     return out.transpose(1, 2).reshape({B, T, o.num_query_heads * o.head_dim});
   }
   // Grouped-query attention without copying K/V: the R query heads of a group are stacked along the
   // row dimension, so one batched matmul per group serves them all.
   auto qg = q.reshape({B, G, R * T, o.head_dim});  // a view of the fused RoPE's contiguous output
-  auto scores = at::matmul(qg, k.transpose(-2, -1));
-  if (layout.mask.defined())
-    scores.view({B, G, R, T, T}).add_(layout.mask);
-  else
-    scores.view({B, G, R, T, T}).add_(causal_mask_.slice(0, 0, T).slice(1, 0, T));
+  auto scores = at::matmul(qg, k.transpose(-2, -1));  // [B, G, R*T, S]
+  if (mask.defined())
+    scores.view({B, G, R, T, S}).add_(mask.dim() == 4 ? mask.unsqueeze(1) : mask);
+  else if (causal)
+    scores.view({B, G, R, T, S}).add_(causal_mask_.slice(0, 0, T).slice(1, 0, T));
   // Softmax in the compute dtype: the kernel accumulates in fp32 and rounds once, as a fp32 softmax followed by
   // a cast would, without two extra fp32 [T x T] tensors per head (measured in docs/performance.md).
-  auto probs = at::softmax(scores, -1).view({B, G, R * T, T});
-  auto out = at::matmul(probs, v.transpose(1, 2)).view({B, o.num_query_heads, T, o.head_dim});
+  auto probs = at::softmax(scores, -1).view({B, G, R * T, S});
+  auto out = at::matmul(probs, v).view({B, o.num_query_heads, T, o.head_dim});
   return out.transpose(1, 2).reshape({B, T, o.num_query_heads * o.head_dim});
 }
 

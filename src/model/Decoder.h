@@ -129,9 +129,17 @@ class DecoderImpl : public torch::nn::Module {
   // decode()'s attention of block b: the new positions' keys and values join the cache's layer b.index.
   torch::Tensor cached_attention(const Block& b, const torch::Tensor& x, KvCache& cache,
                                  const torch::Tensor& positions);
-  // softmax(rope(q) rope(k)^T / sqrt(D) + causal) v for the projections q [B,T,H,D], k and v [B,T,G,D] -> [B,T,H*D]
+  // One layer's KV cache and where the new positions go (generation).
+  struct CacheSlot {
+    torch::Tensor& k;  // [B, G, capacity, D]
+    torch::Tensor& v;
+    int64_t start;     // positions 0..start-1 are held
+  };
+  // softmax(rope(q) rope(k)^T / sqrt(D) + causal) v for the projections q [B,T,H,D], k and v [B,T,G,D] -> [B,T,H*D].
+  // Training and decoding both run it: with `cache`, the new keys and values are written at start..start+T-1 and
+  // attention reads every cached position (layout.positions then holds the absolute positions).
   torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const Layout& layout) const;
+                               const Layout& layout, const CacheSlot* cache = nullptr) const;
   torch::Tensor mlp(const Block& b, const torch::Tensor& x);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
   // the ATen op chain (fused_kernels=false), x [B,H,T,D]; positions [B,T] or undefined

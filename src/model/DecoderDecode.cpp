@@ -1,5 +1,5 @@
 // The generation path of the decoder: a KV cache per layer, filled by a prefill and then one token per call
-// (src/generate). Training never comes here; its attention is DecoderImpl::attention in Decoder.cpp.
+// (src/generate). Attention itself is training's (DecoderImpl::attention_core in Decoder.cpp), given the cache.
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -49,35 +49,11 @@ torch::Tensor DecoderImpl::decode(const torch::Tensor& tokens, KvCache& cache) {
 
 torch::Tensor DecoderImpl::cached_attention(const Block& b, const torch::Tensor& x, KvCache& cache,
                                             const torch::Tensor& positions) {
-  const auto& o = options_;
-  const int64_t B = x.size(0), T = x.size(1), G = o.num_kv_heads, R = o.num_query_heads / G, D = o.head_dim;
-  const int64_t start = cache.length, S = start + T;
-  auto [q_proj, k_proj, v] = heads(b, x);
-  const double scale = 1.0 / std::sqrt(double(D));
-  // [B,H,T,D] and [B,G,T,D], rotated at their absolute positions, as attention_core does.
-  auto q = o.fused_kernels ? rope(q_proj, rope_cos_, rope_sin_, scale, positions)
-                           : apply_rope(q_proj.transpose(1, 2), positions).mul_(scale);
-  auto k = o.fused_kernels ? rope(k_proj, rope_cos_, rope_sin_, 1.0, positions)
-                           : apply_rope(k_proj.transpose(1, 2), positions);
-  auto& k_cache = cache.k[b.index];
-  auto& v_cache = cache.v[b.index];
-  k_cache.narrow(2, start, T).copy_(k);
-  v_cache.narrow(2, start, T).copy_(v.transpose(1, 2));
-  auto keys = k_cache.narrow(2, 0, S), values = v_cache.narrow(2, 0, S);
-  // New token i (position start+i) sees positions 0..start+i: no mask for one token, the plain causal one for a
-  // prefill from 0, else the causal mask's rows start..S-1.
-  const bool causal_from_zero = start == 0 && T > 1;
-  auto mask = T > 1 && !causal_from_zero ? causal_mask_.slice(0, start, S).slice(1, 0, S) : at::Tensor();
-  at::Tensor out;
-  if (o.attention == DecoderOptions::Attention::autoselected) {
-    out = at::scaled_dot_product_attention(q, keys, values, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
-                                           0.0, causal_from_zero, 1.0, /*enable_gqa=*/G != o.num_query_heads);
-  } else {
-    auto scores = at::matmul(q.reshape({B, G, R * T, D}), keys.transpose(-2, -1));  // [B,G,R*T,S]
-    if (T > 1) scores.view({B, G, R, T, S}).add_(causal_mask_.slice(0, start, S).slice(1, 0, S));
-    out = at::matmul(at::softmax(scores, -1), values).view({B, o.num_query_heads, T, D});
-  }
-  return project(b, Projection::o, out.transpose(1, 2).reshape({B, T, o.num_query_heads * D}));
+  auto [q, k, v] = heads(b, x);
+  const CacheSlot slot{cache.k[b.index], cache.v[b.index], cache.length};
+  // Training's attention itself (Decoder.cpp), reading and extending the cache.
+  auto out = attention_core(q, k, v, Layout{{}, positions}, &slot);
+  return project(b, Projection::o, out);
 }
 
 } // namespace shadowgrad::model

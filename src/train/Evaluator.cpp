@@ -6,6 +6,7 @@
 
 #include "config/Config.h"
 #include "data/DataSource.h"
+#include "data/PairSource.h"
 #include "distributed/Communicator.h"
 #include "distributed/DataParallel.h"
 #include "train/TokenLoss.h"
@@ -19,11 +20,12 @@ Evaluator::Evaluator(const config::Config& c, int world_size)
       last_sequences_(c.train_sequences()),
       batch_(c.eval_per_device_batch_size > 0 ? c.eval_per_device_batch_size : c.per_device_batch_size),
       world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens),
-      fused_kernels_(c.fused_kernels), samples_(c) {
+      fused_kernels_(c.fused_kernels), preference_(PreferenceOptions::from_config(c)), samples_(c) {
   if (!source_) return;
   const int64_t global = batch_ * world_, capacity = source_->eval_capacity();
   if (source_->eval_pads_past_end()) {
-    // SFT: every held-out example once, whatever the batch: the last batch's missing rows are empty (no target).
+    // SFT (preference): every held-out example (pair) once, whatever the batch: the last batch's missing rows (pairs)
+    // are empty.
     batches_ = c.eval_steps > 0 ? c.eval_steps : (capacity + global - 1) / global;
     spdlog::info("eval_loss every {} and after the last: {} {} rows of {} ({} batches of {} rows)",
                  interval_sequences_ > 0 ? fmt::format("{} training sequences", interval_sequences_)
@@ -69,6 +71,7 @@ double Evaluator::run(model::Decoder& model, c10::Device device, distributed::Da
     model::Decoder& m;
     ~TrainAgain() { m->train(); }
   } train_again{model};
+  if (dynamic_cast<const data::PairSource*>(source_.get())) return run_pairs(model, device, dp);
   const int rank = dp ? dp->rank() : 0;
   double loss_sum = 0, tokens = 0;
   for (int64_t b = 0; b < batches_; ++b) {
@@ -92,6 +95,26 @@ double Evaluator::run(model::Decoder& model, c10::Device device, distributed::Da
     tokens = sums[1].item<double>();
   }
   return tokens > 0 ? loss_sum / tokens : 0.0;
+}
+
+double Evaluator::run_pairs(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const {
+  const auto& pairs = dynamic_cast<const data::PairSource&>(*source_);
+  const int rank = dp ? dp->rank() : 0;
+  PreferenceSums sums;
+  for (int64_t b = 0; b < batches_; ++b) {
+    const data::PairBatch batch = pairs.pairs_in_file_order(b * batch_ * world_ + rank * batch_, batch_);
+    if (batch.pairs == 0) continue;  // past the last held-out pair
+    const AnswerScores scores = answer_scores(model, batch, device, loss_chunk_tokens_, fused_kernels_);
+    preference_objective(scores, batch.reference, preference_, 1.0, 1.0, sums);  // sums only: no backward here
+  }
+  if (dp) {  // one all-reduce of the sums per evaluation
+    at::Tensor all = at::tensor(sums.values(), at::kDouble).to(dp->communicator().device());
+    dp->communicator().all_reduce_sum_(all);
+    all = all.cpu().contiguous();
+    sums = PreferenceSums::from_values(std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel()));
+  }
+  last_preference_ = sums;
+  return sums.objective(preference_.nll_weight);
 }
 
 } // namespace shadowgrad::train

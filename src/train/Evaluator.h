@@ -11,11 +11,13 @@
 // not on K, and each process evaluates its slice; the loss and token sums are all-reduced once per evaluation.
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include <c10/core/Device.h>
 
 #include "model/Decoder.h"
 #include "train/EvalSamples.h"
+#include "train/PreferenceLoss.h"
 
 namespace shadowgrad::config {
 struct Config;
@@ -44,12 +46,18 @@ public:
   // eval_prompts_path's greedy samples, written after each evaluation (EvalSamples.h).
   EvalSamples& samples() { return samples_; }
   int64_t batch_per_process() const { return batch_; }
+  // use_dpo: the last run()'s sums over the held-out pairs (eval_loss is their objective); empty otherwise.
+  const std::optional<PreferenceSums>& last_preference() const { return last_preference_; }
+  data::DataSource* source() { return source_.get(); }
 
 private:
   std::unique_ptr<data::DataSource> source_; // null when eval_interval <= 0
   int64_t interval_, interval_sequences_, last_step_, last_sequences_, batch_, world_, batches_ = 0, loss_chunk_tokens_;
   bool fused_kernels_;
+  PreferenceOptions preference_;
+  mutable std::optional<PreferenceSums> last_preference_;
   EvalSamples samples_;
+  double run_pairs(model::Decoder& model, c10::Device device, distributed::DataParallel* dp) const;
 };
 
 } // namespace shadowgrad::train

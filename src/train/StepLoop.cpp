@@ -15,7 +15,9 @@
 #include "memory/MemoryReport.h"
 #include "train/BatchSizePolicy.h"
 #include "train/Evaluator.h"
+#include "train/EvalTrend.h"
 #include "train/MetricsWriter.h"
+#include "train/TensorBoardWriter.h"
 #include "train/NonFiniteGuard.h"
 #include "train/Progress.h"
 #include "train/Signals.h"
@@ -68,7 +70,8 @@ class StepLoop {
            const StopSignals& signals, StartPoint& start, c10::Device device, BatchSizePolicy& policy)
       : cfg_(cfg), step_(step), evaluator_(evaluator), meter_(meter), signals_(signals), start_(start),
         device_(device), policy_(policy), progress_(cfg.steps, cfg.log_period, start.dir.has_value() && stdout_is_terminal()),
-        guard_(cfg.max_consecutive_nonfinite, start.state), earlier_steps_(start.state.step) {
+        guard_(cfg.max_consecutive_nonfinite, start.state), trend_(cfg.early_warning_evals, start.earlier.evaluations),
+        earlier_steps_(start.state.step) {
     if (NoiseScale* gns = step.noise_scale())
       gns->set_state({start.state.gns_ema_grad_sq, start.state.gns_ema_trace, start.state.gns_updates});
     if (start.dir) {
@@ -76,6 +79,8 @@ class StepLoop {
       std::filesystem::remove(start.dir->file("summary.json"), ec);  // present only if a finished run is extended
       write_file_atomically(start.dir->file("config.yml"), config::to_yaml(cfg));
       metrics_.emplace(start.dir->file("metrics.jsonl"));
+      if (cfg.enable_tensorboard) tensorboard_.emplace(start.dir->file("tensorboard"), start.state.step + 1);
+      if (cfg.keep_best_checkpoint && start.checkpoints) start.checkpoints->protect(trend_.best_step());  // resumed
       evaluator.samples().open(start.dir->file("samples.jsonl"), start.dir->file("hf"));
     }
     summary_.run_dir = start.dir ? start.dir->path() : "";
@@ -109,7 +114,8 @@ class StepLoop {
       if (metrics_) report(s, st, peak, evaluated, eval_s, samples_s);
       guard_.check(st);
       const bool budget_spent = budget_ > 0 && policy_.state().sequences >= budget_;
-      checkpoint_or_stop(s, budget_spent);
+      if (evaluated && metrics_) watch_eval_loss(s);
+      checkpoint_or_stop(s, budget_spent, evaluated && cfg_.keep_best_checkpoint);
       summary_.steps = s + 1;
       if (budget_spent) break;
     }
@@ -160,8 +166,11 @@ class StepLoop {
     // tokens_seen: training positions so far (sequences x max_target_length), what batch_size_schedule counts.
     fields.push_back({"tokens_seen", double(policy_.state().sequences * cfg_.max_target_length)});
     if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary_.eval_loss}, {"eval_s", eval_s}});
+    if (evaluated && evaluator_.last_preference())
+      for (const auto& field : evaluator_.last_preference()->metrics("eval_")) fields.push_back(field);
     if (evaluated && evaluator_.samples().enabled()) fields.push_back({"samples_s", samples_s});
     metrics_->write(fields);
+    if (tensorboard_) tensorboard_->write(s + 1, fields);
     const double eta = summary_.seconds / double(s + 1 - earlier_steps_) * double(cfg_.steps - s - 1);
     const double shown_eval = std::isnan(summary_.eval_loss) ? -1 : summary_.eval_loss;
     ProgressLine line{s + 1, st.loss, st.grad_norm, st.lr, st.input_tokens / st.seconds, eta, peak, shown_eval,
@@ -174,10 +183,17 @@ class StepLoop {
     progress_.update(line);
   }
 
+  // Rank 0, after an evaluation: warn when eval_loss keeps rising; keep_best_checkpoint keeps the best step's
+  // checkpoint out of the rotation.
+  void watch_eval_loss(int64_t s) {
+    if (const auto warning = trend_.add(s + 1, summary_.eval_loss)) spdlog::warn("{}", *warning);
+    if (cfg_.keep_best_checkpoint && start_.checkpoints) start_.checkpoints->protect(trend_.best_step());
+  }
+
   // After step s: the state a checkpoint records; a checkpoint when one is due, at the last step of a token budget
-  // (`last`: train_tokens), or when every process is stopping (they
-  // fall between optimizer steps, where the shadow tree is zero: nothing is lost); then the stop, if any.
-  void checkpoint_or_stop(int64_t s, bool last) {
+  // (`last`: train_tokens), after an evaluation with keep_best_checkpoint (`evaluated`), or when every process is
+  // stopping (they fall between optimizer steps, where the shadow tree is zero: nothing is lost); then the stop, if any.
+  void checkpoint_or_stop(int64_t s, bool last, bool evaluated) {
     checkpoint::TrainState& state = start_.state;
     state.step = s + 1;
     if (const NoiseScale* gns = step_.noise_scale()) {
@@ -190,7 +206,8 @@ class StepLoop {
     state.global_batch = policy_.state().global_batch;
     state.batch_last_change_step = policy_.state().last_change_step;
     const int stop = agreed_stop(signals_, step_.data_parallel());
-    if (start_.checkpoints && (start_.checkpoints->due(state.step) || ((stop || last) && cfg_.enable_checkpointing)))
+    if (start_.checkpoints &&
+        (start_.checkpoints->due(state.step) || ((stop || last || evaluated) && cfg_.enable_checkpointing)))
       start_.checkpoints->save(state, *step_.model(), step_.optimizer());
     if (!stop) return;
     progress_.finish();
@@ -209,8 +226,10 @@ class StepLoop {
   c10::Device device_;
   BatchSizePolicy& policy_;
   std::optional<MetricsWriter> metrics_;  // rank 0 only
+  std::optional<TensorBoardWriter> tensorboard_;  // rank 0, enable_tensorboard: the same lines as scalars
   Progress progress_;
   NonFiniteGuard guard_;
+  EvalTrend trend_;  // rank 0: eval_loss's best step and its rises
   RunSummary summary_;
   const int64_t earlier_steps_;  // steps done before this process started (resumed from the checkpoint)
   int64_t total_tokens_ = 0;

@@ -36,6 +36,8 @@ JsonNumbers step_metrics(const StepStats& st, int64_t peak_mem_bytes, int64_t sk
     out.push_back({"gns_tokens", st.noise->gns_tokens});
     if (!std::isnan(st.grad_sq_norm_global_fp32)) out.push_back({"grad_sq_norm_global_fp32", st.grad_sq_norm_global_fp32});
   }
+  if (st.preference)  // use_dpo: TRL's quantities, each a mean over the global batch's pairs
+    for (const auto& [name, value] : st.preference->metrics("")) out.push_back({name, value});
   return out;
 }
 

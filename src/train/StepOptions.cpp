@@ -32,6 +32,7 @@ StepOptions StepOptions::from_config(const config::Config& c) {
   o.noise_scale = c.gradient_noise_scale;
   o.noise_ema_decay = c.gns_ema_decay;
   o.optimizer = OptimizerOptions::from_config(c);
+  o.preference = PreferenceOptions::from_config(c);
   return o;
 }
 

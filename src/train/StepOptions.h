@@ -12,6 +12,7 @@
 #include "config/ConfigEnums.h"
 #include "train/LrSchedule.h"
 #include "train/OptimizerOptions.h"
+#include "train/PreferenceLoss.h"
 
 namespace shadowgrad::config {
 struct Config;
@@ -39,6 +40,7 @@ struct StepOptions {
   bool noise_scale = true;            // gradient_noise_scale
   double noise_ema_decay = 0.95;
   OptimizerOptions optimizer;
+  PreferenceOptions preference;  // use_dpo: the loss when the source holds pairs (data/PairSource.h)
 
   static StepOptions from_config(const config::Config& cfg);
   // The schedule of a run whose first step trains `first_global_batch` sequences: in tokens, a length of N steps is

@@ -19,7 +19,7 @@ namespace {
 
 // The ATen path, for dtypes the fused kernel does not take (float16): per chunk of `rows`, log_softmax (fp32 out)
 // and exp written straight into the logits; the target entries, softmax - 1, computed in fp32 and rounded once.
-at::Tensor cross_entropy_chunked(at::Tensor& logits, const at::Tensor& targets, int64_t rows) {
+at::Tensor cross_entropy_chunked(at::Tensor& logits, const at::Tensor& targets, int64_t rows, at::Tensor* per_row) {
   auto valid = targets.ne(data::kIgnoreIndex);
   const bool padded = !valid.all().item<bool>();
   auto valid_f = valid.to(at::kFloat).unsqueeze(1);
@@ -32,6 +32,7 @@ at::Tensor cross_entropy_chunked(at::Tensor& logits, const at::Tensor& targets, 
     auto log_probs = at::log_softmax(chunk, -1, at::kFloat);  // fp32, `rows` x V only
     auto target_log_probs = log_probs.gather(1, t);
     loss.sub_(target_log_probs.mul(v).sum());
+    if (per_row) per_row->narrow(0, r, n).copy_(target_log_probs.mul(v).neg().squeeze(1));
     at::exp_out(chunk, log_probs);  // softmax, rounded once into the compute dtype
     chunk.scatter_(1, t, target_log_probs.exp().sub_(1).to(chunk.scalar_type()));
     if (padded) chunk.mul_(v.to(chunk.scalar_type()));  // padding rows get no gradient
@@ -39,12 +40,18 @@ at::Tensor cross_entropy_chunked(at::Tensor& logits, const at::Tensor& targets, 
   return loss;
 }
 
-// The loss summed over rows; the logits become d loss / d logits. bf16 and fp32 on the CPU take one fused pass per
-// row (src/kernels/CrossEntropy.h), which makes no fp32 copy of the logits.
-at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& targets, int64_t rows, bool fused) {
+// The loss summed over rows, or per row (`per_row`: [N] fp32, 0 at ignored rows); the logits become
+// d loss / d logits. bf16 and fp32 on the CPU take one fused pass per row (src/kernels/CrossEntropy.h), which makes
+// no fp32 copy of the logits.
+at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& targets, int64_t rows, bool fused,
+                                  bool per_row) {
   const bool bf16 = logits.scalar_type() == at::kBFloat16;
-  if (!fused || !logits.device().is_cpu() || (!bf16 && logits.scalar_type() != at::kFloat))
-    return cross_entropy_chunked(logits, targets, rows);
+  if (!fused || !logits.device().is_cpu() || (!bf16 && logits.scalar_type() != at::kFloat)) {
+    if (!per_row) return cross_entropy_chunked(logits, targets, rows, nullptr);
+    auto each = at::zeros({logits.size(0)}, logits.options().dtype(at::kFloat));
+    cross_entropy_chunked(logits, targets, rows, &each);
+    return each;
+  }
   RECORD_FUNCTION("shadowgrad::cross_entropy_rows", std::vector<c10::IValue>());  // a row in profiler=trace
   auto row_loss = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
   const int64_t n = logits.size(0), vocab = logits.size(1);
@@ -54,16 +61,16 @@ at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& targets,
   else
     kernels::cross_entropy_rows(logits.data_ptr<float>(), targets.data_ptr<int64_t>(), row_loss.data_ptr<float>(), n,
                                 vocab, data::kIgnoreIndex, rows);
-  return row_loss.sum();
+  return per_row ? row_loss : row_loss.sum();
 }
 
-// loss = sum over valid rows of logsumexp(l) - l[target], with l = h W^T.
+// loss = sum over valid rows of logsumexp(l) - l[target], with l = h W^T (or that per row, `per_row`).
 // d loss / d l = softmax(l) - onehot(target) on valid rows, 0 on padding; it overwrites l.
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& targets, int64_t rows, bool fused) {
+                            const at::Tensor& targets, int64_t rows, bool fused, bool per_row) {
     auto logits = at::linear(hidden, weight);  // [N, V], compute dtype: the only [N, V] tensor kept
-    auto loss = cross_entropy_in_place(logits, targets.contiguous(), rows, fused);
+    auto loss = cross_entropy_in_place(logits, targets.contiguous(), rows, fused, per_row);
     ctx->save_for_backward({hidden, weight});
     ctx->saved_data["grad_logits"] = logits;
     return loss;
@@ -75,12 +82,15 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     const auto& hidden = saved[0];
     const auto& weight = saved[1];
     auto grad_logits = ctx->saved_data["grad_logits"].toTensor();
-    const auto& g = grad_output[0];  // fp32 scalar, e.g. 1 / global valid tokens
+    // fp32: a scalar (e.g. 1 / global valid tokens), or one per row for the per-row loss
+    // (a per-row column in the compute dtype: a 0-dim scalar keeps the dtype, a column would promote it).
+    const auto g = grad_output[0].dim() == 0 ? grad_output[0]
+                                             : grad_output[0].unsqueeze(1).to(grad_logits.scalar_type());
     // Scale the small [N, E] side, not the [V, E] or [N, V] one.
     auto grad_hidden = at::matmul(grad_logits, weight).mul_(g);
     // A frozen output (a LoRA run's base) needs no [V, E] gradient: skip its matmul.
     auto grad_weight = ctx->needs_input_grad(1) ? at::matmul(grad_logits.t(), hidden.mul(g)) : at::Tensor();
-    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -89,7 +99,13 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
 at::Tensor linear_token_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                  int64_t rows, bool fused) {
   return LinearCrossEntropy::apply(hidden.reshape({-1, hidden.size(-1)}), weight, targets.reshape({-1}),
-                                   std::max<int64_t>(1, rows), fused);
+                                   std::max<int64_t>(1, rows), fused, false);
+}
+
+at::Tensor linear_token_nll(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                            int64_t rows, bool fused) {
+  return LinearCrossEntropy::apply(hidden.reshape({-1, hidden.size(-1)}), weight, targets.reshape({-1}),
+                                   std::max<int64_t>(1, rows), fused, true);
 }
 
 } // namespace shadowgrad::train

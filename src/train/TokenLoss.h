@@ -20,4 +20,9 @@ at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& targets);
 at::Tensor linear_token_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                  int64_t rows = 64, bool fused = true);
 
+// The same per token: [N x T] fp32 cross-entropies, 0 at ignored targets; its backward takes one gradient per token.
+// The preference loss sums them per answer (PreferenceLoss.h).
+at::Tensor linear_token_nll(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                            int64_t rows = 64, bool fused = true);
+
 } // namespace shadowgrad::train

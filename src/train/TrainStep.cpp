@@ -11,6 +11,8 @@
 
 #include "accumulate/StochasticRounding.h"
 #include "data/DataSource.h"
+#include "data/PairSource.h"
+#include "distributed/Communicator.h"
 #include "distributed/DataParallel.h"
 #include "distributed/ShardedOptimizer.h"
 #include "model/DecoderOptions.h"
@@ -33,6 +35,7 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
     : options_(o),
       model_(std::move(model)),
       source_(source),
+      pairs_(dynamic_cast<const data::PairSource*>(&source)),
       device_(device),
       micro_batch_(o.microbatch),
       micro_steps_(o.accumulation_steps),
@@ -51,12 +54,15 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
   // microbatch's norm needs their sum, and the folds see them one at a time, so the cross term between them is not
   // measured. Decided from the trained set: under LoRA the tied embedding is a frozen buffer and gets no gradient.
   const bool tied = model_->options().tied_output && model_->named_parameters().find("embedding") != nullptr;
-  if (o.noise_scale && small_batches && !tied) noise_ = std::make_unique<NoiseScale>(o.noise_ema_decay);
+  if (o.noise_scale && small_batches && !tied && !pairs_) noise_ = std::make_unique<NoiseScale>(o.noise_ema_decay);
+  if (o.noise_scale && pairs_)
+    spdlog::info("gradient_noise_scale: not measured on preference pairs (its estimator assumes a token-mean loss); no "
+                 "noise scale is logged");
   if (o.noise_scale && !small_batches)
     spdlog::info("gradient_noise_scale: one microbatch per step on one process has no small batch to compare with "
                  "the global batch, so no noise scale is logged (it needs gradient_accumulation_steps >= 2 or "
                  "several processes)");
-  else if (o.noise_scale && tied)
+  else if (o.noise_scale && tied && !pairs_)
     spdlog::info("gradient_noise_scale: not measured for a model whose output projection is its embedding "
                  "(logits_via_embedding=true, tie_word_embeddings): that weight gets two gradients per backward and "
                  "a microbatch's norm needs their sum (docs/huggingface.md, 'The tie'); no noise scale is logged");
@@ -105,6 +111,7 @@ int64_t TrainStep::micro_steps_for(int64_t global_batch) const {
 }
 
 Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
+  if (pairs_) return accumulate_pairs(step, plan);
   micro_steps_ = micro_steps_for(plan.global_batch);
   Accumulated sums;
   auto mark = Clock::now();
@@ -152,11 +159,7 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
     loss_sum += loss.detach();
     sums.backward_s += seconds_since(mark);
   }
-  accumulator_->end();
-  sums.fold_s = accumulator_->fold_seconds();
-  sums.grad_rel_error = accumulator_->reference_error();
-  if (accumulator_->grad_dtype() == at::kHalf) sums.underflow_fraction = warn_on_underflow(step);
-  model_->clear_weight_cache();  // hoist_weight_cast: the cast weights are dead after the last backward
+  end_folds(step, sums);
   double loss = loss_sum.item<double>();
   const at::Tensor rider = noise_ && dp_ ? noise_rider(micro_tokens) : at::Tensor();
   if (dp_) {
@@ -165,6 +168,71 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
   }
   sums.loss = loss * inv_tokens;
   if (noise_) read_noise_inputs(rider, micro_tokens, sums.noise);
+  return sums;
+}
+
+void TrainStep::end_folds(int64_t step, Accumulated& sums) {
+  accumulator_->end();
+  sums.fold_s = accumulator_->fold_seconds();
+  sums.grad_rel_error = accumulator_->reference_error();
+  if (accumulator_->grad_dtype() == at::kHalf) sums.underflow_fraction = warn_on_underflow(step);
+  model_->clear_weight_cache();  // hoist_weight_cast: the cast weights are dead after the last backward
+}
+
+Accumulated TrainStep::accumulate_pairs(int64_t step, const StepBatch& plan) {
+  micro_steps_ = micro_steps_for(plan.global_batch);
+  Accumulated sums;
+  auto mark = Clock::now();
+  // This process's pairs [rank*local, (rank+1)*local) of the global batch, read whole first: the global pair and
+  // chosen-token counts that normalise every microbatch are known before the first backward.
+  const int64_t local = micro_batch_ * micro_steps_;
+  const int64_t first = plan.first_sequence + (dp_ ? dp_->rank() * local : 0);
+  std::vector<data::PairBatch> micro;
+  double counts[4] = {0, 0, 0, 0};  // chosen answer tokens, target tokens, real input tokens, row positions
+  for (int64_t m = 0; m < micro_steps_; ++m) {
+    micro.push_back(pairs_->pairs(first + m * micro_batch_, micro_batch_));
+    const data::PairBatch& b = micro.back();
+    counts[0] += double(b.answer.ge(0).logical_and(b.answer.remainder(2).eq(0)).sum().item<int64_t>());
+    counts[1] += double(b.rows.valid_tokens());
+    counts[2] += double(b.rows.real_tokens());
+    counts[3] += double(b.rows.tokens.numel());
+  }
+  if (dp_) {
+    at::Tensor all = at::tensor(std::vector<double>(counts, counts + 4), at::kDouble).to(dp_->communicator().device());
+    dp_->communicator().all_reduce_sum_(all);
+    all = all.cpu();
+    for (int i = 0; i < 4; ++i) counts[i] = all[i].item<double>();
+  }
+  sums.tokens = int64_t(counts[1]);
+  sums.input_tokens = int64_t(counts[2]);
+  sums.row_positions = int64_t(counts[3]);
+  const bool poisoned = nan_fault_hook() && nan_fault_hook()(step);
+  const double inv_pairs = poisoned ? std::numeric_limits<double>::quiet_NaN() : 1.0 / double(plan.global_batch);
+  const double inv_chosen = counts[0] > 0 ? 1.0 / counts[0] : 0.0;
+  accumulator_->begin(step, options_.fidelity_period > 0 && (step + 1) % options_.fidelity_period == 0);
+  PreferenceSums pref;
+  sums.data_s += seconds_since(mark);
+  for (int64_t m = 0; m < micro_steps_; ++m) {
+    model_->set_lora_dropout_rows(2 * (first + m * micro_batch_));  // two sequences per pair
+    const AnswerScores scores = answer_scores(model_, micro[size_t(m)], device_, options_.loss_chunk_tokens,
+                                              options_.fused_kernels);
+    at::Tensor objective =
+        preference_objective(scores, micro[size_t(m)].reference, options_.preference, inv_pairs, inv_chosen, pref);
+    sums.forward_s += seconds_since(mark);
+    if (dp_) dp_->before_backward(*accumulator_, m == micro_steps_ - 1);
+    objective.backward();
+    sums.backward_s += seconds_since(mark);
+  }
+  end_folds(step, sums);
+  if (dp_) {
+    dp_->reduce_gradients(*accumulator_, at::Tensor());  // the one reduction of the step
+    at::Tensor all = at::tensor(pref.values(), at::kDouble).to(dp_->communicator().device());
+    dp_->communicator().all_reduce_sum_(all);
+    all = all.cpu().contiguous();
+    pref = PreferenceSums::from_values(std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel()));
+  }
+  sums.loss = poisoned ? std::numeric_limits<double>::quiet_NaN() : pref.objective(options_.preference.nll_weight);
+  sums.preference = pref;
   return sums;
 }
 
@@ -239,6 +307,7 @@ StepStats TrainStep::run(int64_t step, const StepBatch& batch) {
   s.padding_fraction = 1.0 - double(sums.input_tokens) / double(std::max<int64_t>(1, sums.row_positions));
   static_cast<PhaseSeconds&>(s) = sums;
   static_cast<FoldNumerics&>(s) = sums;
+  s.preference = sums.preference;
   auto mark = Clock::now();
   if (noise_ && std::isfinite(sums.loss)) {
     s.noise = noise_->update(sums.noise.folded_sq, sums.noise.micro_tokens, sums.noise.big_sq, sums.tokens);

@@ -32,6 +32,7 @@ class Optimizer;
 }
 namespace shadowgrad::data {
 class DataSource;
+class PairSource;
 }
 namespace shadowgrad::distributed {
 class DataParallel;
@@ -72,6 +73,7 @@ struct Accumulated : PhaseSeconds, FoldNumerics {
   int64_t input_tokens = 0;   // non-padding tokens fed to the model (Batch::real_tokens), over all processes
   int64_t row_positions = 0;  // rows x max_target_length over all processes: input_tokens plus the padding
   NoiseScaleInputs noise;
+  std::optional<PreferenceSums> preference;  // use_dpo: the global batch's sums over its pairs
 };
 
 struct StepStats : PhaseSeconds, FoldNumerics {
@@ -90,6 +92,7 @@ struct StepStats : PhaseSeconds, FoldNumerics {
   bool skipped = false;    // loss or grad_norm was non-finite: no update; parameters and optimizer state untouched
   std::optional<NoiseScaleStep> noise;  // gradient_noise_scale, with at least two microbatches over all processes
   double grad_sq_norm_global_fp32 = std::numeric_limits<double>::quiet_NaN();  // see NoiseScaleInputs
+  std::optional<PreferenceSums> preference;  // use_dpo: rewards and log-probs over the global batch's pairs
 };
 
 // Which global batch a step trains on (train/BatchSizePolicy.h decides it when the batch may change).
@@ -141,11 +144,16 @@ class TrainStep {
   // gradient reduction's last bucket (`rider`), and the reduced tree's squared norm.
   at::Tensor noise_rider(const std::vector<int64_t>& micro_tokens);
   void read_noise_inputs(const at::Tensor& rider, const std::vector<int64_t>& micro_tokens, NoiseScaleInputs& out);
+  // use_dpo: the microbatch loop over pairs (PreferenceLoss.h); the global batch counts pairs.
+  Accumulated accumulate_pairs(int64_t step, const StepBatch& plan);
+  // After the last backward of the loop: end the window and read what the fold measured.
+  void end_folds(int64_t step, Accumulated& sums);
   // K for a global batch: it must split into whole microbatches on every process.
   int64_t micro_steps_for(int64_t global_batch) const;
   StepOptions options_;
   model::Decoder model_;
   const data::DataSource& source_;
+  const data::PairSource* pairs_;  // source_ when it holds preference pairs, else null
   c10::Device device_;
   int64_t micro_batch_, micro_steps_;  // micro_steps_: K of the step running now
   data::ExampleOrder order_ = data::ExampleOrder::sequences;

@@ -9,6 +9,7 @@
 #include "config/Dtypes.h"
 #include "config/GlobalBatch.h"
 #include "data/DataSource.h"
+#include "data/PairSource.h"
 #include "distributed/DataParallel.h"
 #include "distributed/Environment.h"
 #include "hub/BaseRecord.h"
@@ -21,9 +22,11 @@
 #include "train/BatchSizePolicy.h"
 #include "train/CheckpointTopology.h"
 #include "train/EndOfRun.h"
+#include "train/EpochSteps.h"
 #include "train/Evaluator.h"
 #include "train/MemoryProbe.h"
 #include "train/MicrobatchFit.h"
+#include "train/PreferenceReference.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
 #include "train/StartPoint.h"
@@ -51,11 +54,11 @@ Training::Training(config::Config cfg)
       // What this build cannot run is refused before the device is looked for (exit 2 either way).
       device_((require_device_support(cfg_.grad_accum_rounding, cfg_.adam_state_dtype, cfg_.hardware),
                resolve_device(cfg_.hardware))),
-      source_(data::make_source(data::DataOptions::from_config(cfg_))),
-      // With per_device_batch_size=auto the eval batch may follow the microbatch: built in run(), once it is known.
-      evaluator_(cfg_.per_device_batch_size == config::kAuto
-                     ? nullptr
-                     : std::make_unique<Evaluator>(cfg_, distributed::ProcessEnvironment::from_environment().world_size)) {
+      source_(data::make_source(data::DataOptions::from_config(cfg_))) {
+  const int world = distributed::ProcessEnvironment::from_environment().world_size;
+  derive_steps_from_epochs(cfg_, *source_, world);  // num_epochs: before anything reads steps
+  // With per_device_batch_size=auto the eval batch may follow the microbatch: built in run(), once it is known.
+  if (cfg_.per_device_batch_size != config::kAuto) evaluator_ = std::make_unique<Evaluator>(cfg_, world);
   // One GPU per process on a node: LOCAL_RANK picks it, as with torchrun and SLURM.
   if (device_.is_cuda()) device_ = c10::Device(c10::kCUDA, distributed::ProcessEnvironment::from_environment().local_rank);
 }
@@ -145,6 +148,11 @@ RunSummary Training::run() {
   model::Decoder model(model::DecoderOptions::from_config(cfg_));
   load_pretrained(cfg_, *model);  // load_parameters_path, unless the run resumes from its own checkpoint
   model->to(device_);
+  auto* pairs = dynamic_cast<data::PairSource*>(source_.get());
+  // per_device_batch_size=auto's probe runs the preference loss on pairs before the reference exists; it measures
+  // memory only, so zeros stand in, and prepare_reference replaces them before step 1.
+  if (pairs && cfg_.per_device_batch_size == config::kAuto)
+    pairs->set_reference(std::vector<double>(size_t(2 * pairs->pairs_kept()), 0.0));
   fit_microbatch(cfg_, model, *source_, device_, dp.get(), world);  // per_device_batch_size=auto, memory_budget_mib
   if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(cfg_, world);
   const BatchPolicyOptions batches = BatchPolicyOptions::from_config(cfg_, world);
@@ -159,6 +167,9 @@ RunSummary Training::run() {
     hub::carry_model_files(cfg_.load_parameters_path, start.dir->path());  // tokenizer, config.json, source.json
     if (cfg_.lora_rank > 0) hub::write_base_record(cfg_.load_parameters_path, start.dir->path());  // checked on resume
   }
+  if (pairs)  // use_dpo: the reference log-probs before step 1, or from the run's file
+    prepare_reference(cfg_, *pairs, dynamic_cast<data::PairSource*>(evaluator_->source()), model, device_,
+                      checkpoint::run_dir_of(cfg_), start.state.step > 0, start.dir.has_value());
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
   log_run_start(cfg_, dtype_, start, step, world, threads);
   RunSummary summary = run_steps(cfg_, step, *evaluator_, meter, signals, start, device_, policy);
