@@ -31,6 +31,9 @@ constexpr int kExitBadInput = 2;
 int export_run(const std::string& run_dir, const std::string& out_dir, int64_t step, const std::string& dtype,
                bool adapter) {
   namespace sg = shadowgrad;
+  if (std::filesystem::exists(out_dir) && !std::filesystem::is_directory(out_dir))
+    throw sg::InputError(fmt::format("{}: exists and is not a directory; give OUT_DIR a new or existing directory",
+                                     out_dir));
   const std::string config_path = run_dir + "/config.yml";
   if (!std::filesystem::exists(config_path))
     throw sg::InputError(fmt::format("{}: no config.yml: not a run directory", run_dir));

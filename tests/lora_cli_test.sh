@@ -8,7 +8,9 @@
 #     hf/source.json recorded, its LoRA keys from its config.yml), and export_hf and generate read it from there too;
 #   - crafted adapters: r 10^9 exits 2 in generate BASE --adapter (its weights against what the process may take) and
 #     in the trainer (its footprint), before anything is allocated; lora_alpha 1e308 exits 2 in both, naming the file
-#     and the field (lora_alpha's own range); r above a target's smaller side is warned about, and r at it is not.
+#     and the field (lora_alpha's own range); r above a target's smaller side is warned about, and r at it is not;
+#   - generate --adapter naming no directory says so (not lora_restore_path=...), and export_hf onto an existing file
+#     exits 2.
 # The Hugging Face base is our own export of a 1-step tiny.yml run, and the adapter a LoRA run's export_hf --adapter:
 # no Python. Cost: 14 trainer runs of the tiny model (1-4 steps), 3 exports, 3 generate: ~15 s on 2 cores.
 #
@@ -106,6 +108,15 @@ craft loud lora_alpha 1e308
 gen_refused "lora_alpha = 1e+308: out of the range of lora_alpha" "$start/llama" --adapter loud
 refused loud "lora_alpha = 1e+308" "adapter_config.json" -- steps=1 load_parameters_path="$start/llama" \
   lora_restore_path=loud
+echo "== what a new user mistypes: --adapter that is no directory, export_hf onto a file"
+gen_refused "--adapter nope: not a directory" "$start/llama" --adapter nope
+touch afile
+rc=0
+"$export_hf" "$runs/r" afile >"$tmp/export_file.log" 2>&1 || rc=$?
+((rc == 2)) || fail "export_hf onto a file exited $rc, not 2: $(cat "$tmp/export_file.log")"
+grep -q "afile: exists and is not a directory" "$tmp/export_file.log" || fail "export_hf: $(cat "$tmp/export_file.log")"
+echo "exit 2: export_hf RUN afile: $(cat "$tmp/export_file.log")"
+
 echo "== a rank above a target's smaller side is warned about (k_proj is 16 x 32), one at that side is not"
 ok wide steps=1 lora_rank=17 lora_target_modules=k_proj
 grep -q "LoRA r=17 is above the smaller side of k_proj (16 x 32)" "$tmp/wide.log" || fail "no warning for r=17 on k_proj"

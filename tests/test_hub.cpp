@@ -20,6 +20,8 @@
 #include "TinyConfig.h"
 #include "TrainerProcess.h"
 #include "accumulate/ShadowAccumulator.h"
+#include "config/ConfigWriter.h"
+#include "generate/ModelSource.h"
 #include "hub/ConfigMapping.h"
 #include "hub/Export.h"
 #include "hub/HfConfig.h"
@@ -260,6 +262,28 @@ TEST_CASE("config.json: v4 and v5 forms read the same, and what we cannot train 
   auto m = untouched_tiny_config();
   m.load_parameters_path = dir.string();
   CHECK_THROWS_WITH(hub::configure_from_model_dir(m), Catch::Contains("sliding_window = 8"));
+
+  // generate RUN: a run from that model (its hf/config.json) trained within the window; decoding further with
+  // --max-length is refused the same way, before the weights are read.
+  const fs::path run = dir / "run";
+  fs::create_directories(run / "hf");
+  mistral["sliding_window"] = 16;
+  hub::write_json_file((run / "hf" / "config.json").string(), mistral);
+  std::ofstream(run / "config.yml") << config::to_yaml(untouched_tiny_config());  // max_target_length 16
+  auto generate_error = [&](int64_t max_length) {
+    generate::ModelSource source;
+    source.path = run.string();
+    source.max_length = max_length;
+    try {
+      generate::load_model(source);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(generate_error(32), Catch::Contains("hf/config.json: sliding_window = 16 is shorter than --max-length=32"));
+  // The control: within the window the check passes, and the load goes on to find no checkpoint.
+  CHECK_THAT(generate_error(16), !Catch::Contains("sliding_window") && Catch::Contains("checkpoint"));
   fs::remove_all(dir);
 }
 

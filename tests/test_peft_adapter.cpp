@@ -234,8 +234,16 @@ TEST_CASE("adapter_config.json: what changes the adapter's math is refused namin
       every.push_back(fmt::format("model.layers.{}.{}", i, p));
   CHECK(targets_of(every, 2) == "all-linear");
   CHECK(targets_of(json::array({"self_attn.q_proj", "layers.0.mlp.up_proj", "1.mlp.up_proj"}), 2) == "q_proj,up_proj");
+  // Layers 0..n-1 of a deeper base: an adapter made for another, shallower model, which the message says (and,
+  // where the adapter names it, its base_model_name_or_path, "tiny" here).
   CHECK_THAT(targets_of(json::array({"model.layers.0.self_attn.q_proj"}), 2),
-             Catch::Contains("target_modules adapts q_proj in 1 of the base's 2 layers"));
+             Catch::Contains("target_modules adapts q_proj in 1 of the base's 2 layers: it names layers 0 to 0 only, as "
+                             "an adapter made for another model, of 1 layers, would (its base_model_name_or_path is "
+                             "tiny)"));
+  json layer0(every.begin() + 7, every.end());  // layer 0 alone, all seven projections: made for a 1-layer model
+  CHECK_THAT(targets_of(layer0, 30), Catch::Contains("in 1 of the base's 30 layers: it names layers 0 to 0 only"));
+  CHECK_THAT(targets_of(json::array({"model.layers.1.self_attn.q_proj"}), 3),  // not a prefix: no such guess
+             Catch::Contains("in 1 of the base's 3 layers; a LoRA run adapts each target in every layer"));
   CHECK_THAT(targets_of(every, 1), Catch::Contains("target_modules names q_proj of layer 1, but the base has 1 layers"));
   auto j = peft_config();
   j.erase("peft_type");

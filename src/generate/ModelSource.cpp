@@ -11,6 +11,7 @@
 #include "config/Dtypes.h"
 #include "hub/HfConfig.h"
 #include "hub/BaseRecord.h"
+#include "hub/ConfigMapping.h"
 #include "hub/Import.h"
 #include "hub/PeftAdapter.h"
 #include "model/WeightCount.h"
@@ -60,6 +61,11 @@ LoadedModel load_run(const ModelSource& source) {
   m.cfg = config::load_config((fs::path(source.path) / "config.yml").string(), {});
   set_generation_keys(m.cfg, source, m.cfg.max_target_length);
   config::validate(m.cfg);
+  // A run from a model with a sliding window (Mistral) trained within it: decoding further is refused, as training is.
+  const fs::path carried = fs::path(hub::carried_dir(source.path)) / "config.json";
+  if (fs::exists(carried))
+    hub::refuse_past_sliding_window(hub::read_hf_config(carried.string()), m.cfg.max_target_length, carried.string(),
+                                    source.max_length > 0 ? "--max-length" : "max_target_length");
   check_before_build(m.cfg, source.path);
   m.model = model::Decoder(model::DecoderOptions::from_config(m.cfg));
   // A LoRA run's checkpoint holds its adapters alone: the frozen base is read again from where the run read it,
@@ -83,6 +89,10 @@ LoadedModel load_model_dir(const ModelSource& source) {
   hub::configure_from_model_dir(m.cfg);  // the model keys from config.json; validates
   std::string adapter_base;
   if (!source.adapter.empty()) {
+    if (!fs::is_directory(source.adapter))  // named as the user gave it, not as the key it sets
+      throw InputError(fmt::format("--adapter {}: not a directory (a peft adapter directory holds adapter_config.json "
+                                   "and adapter_model.safetensors)",
+                                   source.adapter));
     m.cfg.lora_restore_path = source.adapter;
     adapter_base = hub::configure_from_adapter_dir(m.cfg).base_model_name_or_path;  // the LoRA keys; validates
   }

@@ -24,6 +24,15 @@ void adopt(config::Config& cfg, const char* key, T& field, T value, const char* 
 
 } // namespace
 
+void refuse_past_sliding_window(const HfConfig& hf, int64_t context, const std::string& config_json,
+                                const std::string& context_key) {
+  if (hf.sliding_window && *hf.sliding_window < context)
+    throw ConfigError(fmt::format("{}: sliding_window = {} is shorter than {}={}: shadowgrad attends to the whole "
+                                  "sequence, so past the window the model would not be the one trained; set {} <= {}",
+                                  config_json, *hf.sliding_window, context_key, context, context_key,
+                                  *hf.sliding_window));
+}
+
 void apply_hf_config(const HfConfig& hf, config::Config& cfg, const std::string& dir) {
   adopt<int64_t>(cfg, "vocab_size", cfg.vocab_size, hf.vocab_size, "vocab_size", dir);
   adopt<int64_t>(cfg, "base_emb_dim", cfg.base_emb_dim, hf.hidden_size, "hidden_size", dir);
@@ -48,11 +57,7 @@ void apply_hf_config(const HfConfig& hf, config::Config& cfg, const std::string&
   adopt<bool>(cfg, "logits_via_embedding", cfg.logits_via_embedding, hf.tie_word_embeddings, "tie_word_embeddings", dir);
   adopt<bool>(cfg, "attention_bias", cfg.attention_bias, hf.family->qkv_bias, "architectures", dir);
   adopt<bool>(cfg, "use_qk_norm", cfg.use_qk_norm, hf.family->qk_norm, "architectures", dir);
-  if (hf.sliding_window && *hf.sliding_window < cfg.max_target_length)
-    throw ConfigError(fmt::format("{}/config.json: sliding_window = {} is shorter than max_target_length={}: the "
-                                  "trainer attends to the whole sequence, so the model would not be the one trained; "
-                                  "set max_target_length <= {}",
-                                  dir, *hf.sliding_window, cfg.max_target_length, *hf.sliding_window));
+  refuse_past_sliding_window(hf, cfg.max_target_length, dir + "/config.json", "max_target_length");
   if (hf.max_position_embeddings > 0 && cfg.max_target_length > hf.max_position_embeddings)
     spdlog::warn("max_target_length={} is above {}'s max_position_embeddings={}: positions past it were never trained "
                  "(RoPE extrapolates), so expect a higher loss there",

@@ -20,6 +20,13 @@ namespace shadowgrad::hub {
 // than max_target_length; warns when max_target_length exceeds max_position_embeddings. Validates cfg after.
 void apply_hf_config(const HfConfig& hf, config::Config& cfg, const std::string& dir);
 
+// Throws ConfigError when `hf` has a sliding window shorter than `context` (tokens attended at once): the trainer and
+// the decoder attend to the whole sequence, so past the window the model is not the one trained. `config_json` and
+// `context_key` (max_target_length, --max-length) name the two sides in the message. apply_hf_config checks it for
+// training; generate checks it for a run (its hf/config.json) at the context it decodes to.
+void refuse_past_sliding_window(const HfConfig& hf, int64_t context, const std::string& config_json,
+                                const std::string& context_key);
+
 // The HfConfig describing cfg's model: `original`'s family and extra fields when the run came from one, else the
 // family the options need (Llama; Qwen2 for attention_bias, Qwen3 for use_qk_norm). `dtype`: the saved dtype name.
 HfConfig hf_config_from(const config::Config& cfg, const HfConfig* original, const std::string& dtype);

@@ -239,10 +239,21 @@ std::string AdapterConfig::target_modules(int64_t layers) const {
     if (!t.layers.empty() && *t.layers.rbegin() >= layers)
       throw ModelFileError(fmt::format("{}: target_modules names {} of layer {}, but the base has {} layers", path,
                                        model::hf_projection_name(p), *t.layers.rbegin(), layers));
-    if (!t.every_layer && !t.layers.empty() && int64_t(t.layers.size()) != layers)
-      throw ModelFileError(fmt::format("{}: target_modules adapts {} in {} of the base's {} layers; a LoRA run adapts "
-                                       "each target in every layer",
-                                       path, model::hf_projection_name(p), t.layers.size(), layers));
+    if (!t.every_layer && !t.layers.empty() && int64_t(t.layers.size()) != layers) {
+      // Layers 0..n-1 and no more: what an adapter made for an n-layer model names (peft saves all-linear so).
+      const int64_t n = int64_t(t.layers.size());
+      const bool first_n = *t.layers.begin() == 0 && *t.layers.rbegin() == n - 1;
+      const std::string other =
+          first_n ? fmt::format(": it names layers 0 to {} only, as an adapter made for another model, of {} layers, "
+                                "would{}",
+                                n - 1, n,
+                                base_model_name_or_path.empty()
+                                    ? ""
+                                    : fmt::format(" (its base_model_name_or_path is {})", base_model_name_or_path))
+                  : "; a LoRA run adapts each target in every layer";
+      throw ModelFileError(fmt::format("{}: target_modules adapts {} in {} of the base's {} layers{}", path,
+                                       model::hf_projection_name(p), t.layers.size(), layers, other));
+    }
     targeted[int(p)] = t.every_layer || !t.layers.empty();
   }
   for (bool t : targeted)
