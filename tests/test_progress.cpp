@@ -48,6 +48,17 @@ TEST_CASE("a progress line shows the latest eval_loss once an evaluation has run
   CHECK_THAT(shadowgrad::train::format_progress(p, 10), Catch::StartsWith("step 4/10 | loss 2.5000 | eval_loss 3.2500"));
 }
 
+TEST_CASE("a preference run's progress line shows the reward accuracy and margin", "[progress]") {
+  shadowgrad::train::ProgressLine p;
+  p.step = 2;
+  p.loss = 0.6;
+  CHECK_THAT(shadowgrad::train::format_progress(p, 10), !Catch::Contains("acc "));
+  p.reward_accuracy = 0.75;
+  p.reward_margin = 0.125;
+  CHECK_THAT(shadowgrad::train::format_progress(p, 10),
+             Catch::StartsWith("step 2/10 | loss 0.6000 | acc 0.750 margin 0.1250"));
+}
+
 TEST_CASE("not on a terminal: plain log lines every log_period, no carriage return", "[progress]") {
   std::string out = capture(tiny_run("pipe"));
   CHECK(out.find('\r') == std::string::npos);

@@ -20,8 +20,12 @@ std::string format_progress(const ProgressLine& p, int64_t total_steps) {
   std::string sft = p.target_tokens >= 0 ? fmt::format(" | tokens {} tgt {} pad {:.1f}%", p.input_tokens,
                                                        p.target_tokens, 100.0 * p.padding_fraction)
                                          : "";
-  return fmt::format("step {}/{} | loss {:.4f}{}{}{}{} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s",
-                     p.step, total_steps, p.loss, eval, gns, batch, sft, p.grad_norm, p.lr, p.tokens_per_s, mem,
+  // Preference pairs: is the chosen answer winning, and by how much (TRL's rewards/accuracies and margins).
+  std::string pref = p.reward_accuracy >= 0
+                         ? fmt::format(" | acc {:.3f} margin {:.4f}", p.reward_accuracy, p.reward_margin)
+                         : "";
+  return fmt::format("step {}/{} | loss {:.4f}{}{}{}{}{} | grad_norm {:.3f} | lr {:.2e} | {:.0f} tok/s{} | eta {:.0f}s",
+                     p.step, total_steps, p.loss, eval, pref, gns, batch, sft, p.grad_norm, p.lr, p.tokens_per_s, mem,
                      p.eta_s);
 }
 

@@ -17,6 +17,8 @@ struct ProgressLine {
   // SFT rows: target and input tokens of the step and its padding fraction; target_tokens < 0: not shown.
   int64_t target_tokens = -1, input_tokens = 0;
   double padding_fraction = 0;
+  // use_dpo: the step's rewards_accuracy and rewards_margin (means over its pairs); accuracy < 0: not shown.
+  double reward_accuracy = -1, reward_margin = 0;
 };
 
 // The text of one progress line (no newline, no control characters).

@@ -175,7 +175,11 @@ class StepLoop {
     const double shown_eval = std::isnan(summary_.eval_loss) ? -1 : summary_.eval_loss;
     ProgressLine line{s + 1, st.loss, st.grad_norm, st.lr, st.input_tokens / st.seconds, eta, peak, shown_eval,
                       st.noise ? st.noise->gns_tokens : -1.0, st.global_batch};
-    if (cfg_.dataset_type == config::DatasetType::sft) {
+    if (const auto& pref = st.preference; pref && pref->pairs > 0) {
+      line.reward_accuracy = pref->rewards_accuracy / pref->pairs;
+      line.reward_margin = (pref->rewards_chosen - pref->rewards_rejected) / pref->pairs;
+    }
+    if (cfg_.dataset_type == config::DatasetType::sft || st.preference) {
       line.target_tokens = st.tokens;
       line.input_tokens = st.input_tokens;
       line.padding_fraction = st.padding_fraction;
