@@ -121,10 +121,12 @@ def train(repo, trainer, model_dir, work, name, prompts, *keys):
     return run_dir, metrics, samples
 
 
-def hf_greedy(model, ids, stops):
+def hf_greedy(model, ids, stops, context):
+    """transformers' greedy generate with our two limits as it spells them: MAX_NEW new tokens, and max_length (prompt
+    and output together) the run's context."""
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=stops,
-                             pad_token_id=0, attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+        out = model.generate(torch.tensor([ids]), max_length=min(context, len(ids) + MAX_NEW), do_sample=False,
+                             eos_token_id=stops, pad_token_id=0, attention_mask=torch.ones(1, len(ids), dtype=torch.long))
     return out[0, len(ids):].tolist()
 
 
@@ -150,8 +152,7 @@ def case(repo, trainer, export_hf, work, name, tokenizer, *keys):
     run([export_hf, run_dir, merged, "--dtype", "float32"])
     tuned = transformers.AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()
     for p, s in zip(encoded, samples[4:]):
-        # The context is max_target_length=64: a token may be chosen at each position, the last one included.
-        want = hf_greedy(tuned, p["prompt_ids"], p["stop_ids"])[:64 - len(p["prompt_ids"]) + 1]
+        want = hf_greedy(tuned, p["prompt_ids"], p["stop_ids"], 64)  # the context is max_target_length=64
         finish = "stop" if want[-1] in (2, 5) else "length" if len(want) == MAX_NEW else "context"
         check(s["ids"] == want, f"{name}: step 4, {len(p['prompt_ids'])}-token prompt: the sample's ids equal "
               "transformers' greedy generate on the export" + ("" if s["ids"] == want else f" (ours {s['ids']}, theirs {want})"))

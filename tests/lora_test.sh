@@ -2,8 +2,9 @@
 # Intent: LoRA runs of the real trainer (docs/lora.md), 1 and 2 processes (ranks started by hand on loopback):
 #   - a LoRA run's checkpoint holds only the adapters and their optimizer state: model.pt's tensors are exactly the
 #     targeted layer{i}_{wq,wv,w_down}_lora_{a,b} ([r, in], [out, r]), optimizer.pt's AdamW moments are exactly two per
-#     adapter with its shape, and no file carries more tensor bytes than that; the same check on a full fine-tune's
-#     checkpoint must fail (the check can see a base tensor);
+#     adapter with its shape (under ZeRO-1: the ranks' shards cover exactly the adapters' elements, two moments each),
+#     and no file carries more tensor bytes than that; the same check on a full fine-tune's checkpoint, 1 process and
+#     ZeRO-1, must fail (the check can see a base tensor);
 #   - resume is bitwise at the same process count: 3 steps then resumed to 6 give the 6 straight steps' losses bit for
 #     bit, on 1 process (a base from scratch, and a Hugging Face base read again from load_parameters_path and held in
 #     bfloat16) and on 2 processes (ZeRO-1 on: each rank's optimizer shard);
@@ -11,7 +12,7 @@
 #     run, within 1e-5 (the reduction's order differs, so the first steps' losses are not bitwise);
 #   - lora_dropout=0.1 resumes bitwise (1 process and 2), its masks are the same at 1 process K=4 and 2 processes K=2
 #     (losses within 1e-5), and it changes the losses (a control: dropout that did nothing would pass the rest).
-# Cost: about 25 trainer runs of the tiny model (2 layers, 32 wide) of 3-6 steps, 10 of them on 2 processes started by
+# Cost: about 26 trainer runs of the tiny model (2 layers, 32 wide) of 2-6 steps, 11 of them on 2 processes started by
 # hand, and one Python start to build a tiny Hugging Face Llama: ~60 s on 2 cores.
 #
 # Usage: tests/lora_test.sh TRAINER COMPARE_RUNS
@@ -52,7 +53,7 @@ close() {  # close A B RTOL
 # 2-layer, 32-wide model (mlp 64, kv 16) at rank RANK and their AdamW moments; prints what it found.
 checkpoint_holds() {
   "$py" - "$@" <<'PY'
-import sys, warnings, zipfile
+import glob, sys, warnings, zipfile
 import torch
 warnings.simplefilter("ignore")
 step, r, targets = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
@@ -64,22 +65,36 @@ for i in range(2):
         out, inp = shapes[t]
         want[f"layer{i}_{t}_lora_a"], want[f"layer{i}_{t}_lora_b"] = (r, inp), (out, r)
 model = {n: tuple(p.shape) for n, p in torch.jit.load(f"{step}/model.pt").named_parameters()}
-opt = torch.jit.load(f"{step}/optimizer.pt")
-moments = sorted(tuple(getattr(s, m).shape) for _, s in opt.state.named_children() for m in ("exp_avg", "exp_avg_sq"))
-adapter_bytes = 4 * sum(a * b for a, b in want.values())
+adapter_elements = sum(a * b for a, b in want.values())
+adapter_bytes = 4 * adapter_elements
 def tensor_bytes(path):  # every tensor's storage in the archive, whatever its name
     return sum(i.file_size for i in zipfile.ZipFile(path).infolist() if "/data/" in i.filename)
-model_bytes, opt_bytes = tensor_bytes(f"{step}/model.pt"), tensor_bytes(f"{step}/optimizer.pt")
-print(f"model.pt: {len(model)} tensors, {model_bytes} B of data; optimizer.pt: {len(moments)} moments, {opt_bytes} B "
-      f"of data; the adapters: {len(want)} tensors, {adapter_bytes} B")
+model_bytes = tensor_bytes(f"{step}/model.pt")
 extra = sorted(set(model) - set(want))[:4]
 missing = sorted(set(want) - set(model))[:4]
 bad = [n for n in want if n in model and model[n] != want[n]]
-ok = not extra and not missing and not bad
-ok &= moments == sorted(list(want.values()) * 2)
-ok &= model_bytes == adapter_bytes and adapter_bytes * 2 <= opt_bytes <= adapter_bytes * 2 + 256  # + step scalars
+ok = not extra and not missing and not bad and model_bytes == adapter_bytes
+shards = sorted(glob.glob(f"{step}/optimizer-shard-*.pt"))
+if shards:  # ZeRO-1: each rank's flat slice [begin, begin + count) of the trained set, its two AdamW moments
+    flat = [torch.jit.load(f) for f in shards]
+    totals = {m.total for m in flat}
+    counts = sum(m.count for m in flat)
+    fields_ok = all(p.numel() == m.count for m in flat for _, p in m.named_parameters())
+    opt_bytes = sum(tensor_bytes(f) for f in shards)
+    print(f"model.pt: {len(model)} tensors, {model_bytes} B of data; {len(shards)} optimizer shards over {totals} "
+          f"elements, {opt_bytes} B of data; the adapters: {len(want)} tensors, {adapter_elements} elements, "
+          f"{adapter_bytes} B")
+    ok &= totals == {adapter_elements} and counts == adapter_elements and fields_ok and opt_bytes == 2 * adapter_bytes
+else:
+    opt = torch.jit.load(f"{step}/optimizer.pt")
+    moments = sorted(tuple(getattr(s, m).shape) for _, s in opt.state.named_children() for m in ("exp_avg", "exp_avg_sq"))
+    opt_bytes = tensor_bytes(f"{step}/optimizer.pt")
+    print(f"model.pt: {len(model)} tensors, {model_bytes} B of data; optimizer.pt: {len(moments)} moments, {opt_bytes} B "
+          f"of data; the adapters: {len(want)} tensors, {adapter_bytes} B")
+    ok &= moments == sorted(list(want.values()) * 2)
+    ok &= adapter_bytes * 2 <= opt_bytes <= adapter_bytes * 2 + 256  # + step scalars
 if not ok:
-    print(f"not only the adapters: extra {extra}, missing {missing}, misshapen {bad}, moment shapes {moments[:4]}...")
+    print(f"not only the adapters: extra {extra}, missing {missing}, misshapen {bad}")
 sys.exit(0 if ok else 1)
 PY
 }
@@ -106,6 +121,14 @@ run straight2 2 6 "${ck[@]}" "${zero[@]}"
 run resumed2 2 3 "${ck[@]}" "${zero[@]}"
 run resumed2 2 6 "${ck[@]}" "${zero[@]}"
 bitwise resumed2 straight2
+# ZeRO-1's checkpoint: each rank's optimizer shard, together the adapters' moments and nothing of the base.
+checkpoint_holds "$runs/resumed2/checkpoints/step-6" 4 wq wv w_down || fail "resumed2's ZeRO-1 checkpoint holds more"
+ranks 2 "${tiny[@]}" steps=2 checkpoint_period=2 "${zero[@]}" run_name=zero_full >"$tmp/zero_full.log" 2>&1 ||
+  fail "the full fine-tune zero_full exited non-zero"
+if checkpoint_holds "$runs/zero_full/checkpoints/step-2" 4 wq wv w_down >"$tmp/zero_full_check.log"; then
+  fail "control: the check passed a full fine-tune's ZeRO-1 checkpoint"
+fi
+echo "control: a full fine-tune's ZeRO-1 checkpoint fails the check ($(head -1 "$tmp/zero_full_check.log"))"
 
 echo "== a Hugging Face base (load_parameters_path, held in bfloat16) is read again on resume"
 "$py" - "$repo/tests" "$tmp/base" <<'PY' || fail "could not build the tiny Hugging Face Llama"

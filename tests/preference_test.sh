@@ -5,9 +5,11 @@
 #     1e-5 relative (fp32), packed and unpacked, sigmoid with the NLL term;
 #   - resume: 2 processes trained 3 steps then resumed to 6 give bitwise the 6 straight steps' losses (the reference
 #     read back from the run directory), and 1 process resumes a 2-process checkpoint (1e-5);
+#   - per_device_batch_size=auto fits pairs (the same losses as one batch, 1e-5); ZeRO-1 = plain data parallel and
+#     remat_policy=full = none (1e-5); a bf16 shadow tree within 1e-2;
 #   - a resume with another pair file exits 2; LoRA: K=4 against one batch (1e-5);
 #   - metrics.jsonl has TRL's quantities; step 1's loss is log 2 (the reference is the model at step 0).
-# Cost: 12 trainer runs of the tiny model (2 layers, 32 wide) of 3-6 steps, 3 of them on 2 processes: ~60 s on 2 cores.
+# Cost: 17 trainer runs of the tiny model (2 layers, 32 wide) of 3-6 steps, 3 of them on 2 processes: ~60 s on 2 cores.
 #
 # Usage: tests/preference_test.sh TRAINER COMPARE_RUNS
 # Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed).
@@ -82,6 +84,11 @@ assert rows[0]["loss"] > math.log(2)
 assert rows[-1]["rewards_margin"] > 0, "the margin should grow on learnable chosen answers"
 PY
 
+echo "== per_device_batch_size=auto fits pairs: the same global batch of 8, the same steps"
+run auto_fit 0 6 packing=true per_device_batch_size=auto global_batch_size=8
+grep -q "pdbs=auto: " "$tmp/auto_fit.log" || fail "no line about the fitted microbatch"
+close auto_fit big_true loss 1e-5
+
 echo "== resume: 3 steps then 6 (2 processes) bitwise against 6 straight; then 1 process from a 2-process checkpoint"
 ck=(checkpoint_period=3 learning_rate_schedule_steps=6)
 run straight 2 6 "${ck[@]}"
@@ -99,6 +106,14 @@ rc=0
   gradient_accumulation_steps=2 >"$tmp/other.log" 2>&1 || rc=$?
 ((rc == 2)) || { cat "$tmp/other.log" >&2; fail "a resume with another pair file exited $rc, not 2"; }
 grep -q "belongs to other pairs" "$tmp/other.log" || fail "the refusal does not say why"
+
+echo "== ZeRO-1, remat and a bf16 shadow tree apply unchanged"
+run zero1 2 6 packing=true per_device_batch_size=2 gradient_accumulation_steps=2 shard_optimizer_over_data=true
+close zero1 p2_true loss 1e-5
+run remat 0 6 packing=true per_device_batch_size=2 gradient_accumulation_steps=4 remat_policy=full
+close remat p1_true loss 1e-5
+run bf16_shadow 0 6 packing=true per_device_batch_size=2 gradient_accumulation_steps=4 grad_dtype=bfloat16
+close bf16_shadow p1_true loss 1e-2
 
 echo "== LoRA (r=4): K=4 against one batch"
 run lora_big 0 4 lora_rank=4 per_device_batch_size=8

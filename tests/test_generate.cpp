@@ -104,12 +104,16 @@ TEST_CASE("Generator: stop ids, max_new, the end of the context, and refused pro
   CHECK(stopped.tokens == std::vector<int64_t>(free_run.tokens.begin(), first + 1));
   CHECK(stopped.finish == Generation::Finish::stop);
 
-  // 16 positions: a 14-token prompt leaves room for 3 tokens (the last is never fed back).
+  // 16 positions, as transformers' max_length=16: a 14-token prompt leaves room for 2 tokens, and a prompt that fills
+  // the context still gets 1 (transformers generates one past an input of max_length, with a warning).
   o.stop_ids.clear();
   o.max_new = 100;
   const auto full = gen.run(std::vector<int64_t>(14, 5), o);
-  CHECK(full.tokens.size() == 3);
+  CHECK(full.tokens.size() == 2);
   CHECK(full.finish == Generation::Finish::context);
+  const auto filled = gen.run(std::vector<int64_t>(16, 5), o);
+  CHECK(filled.tokens.size() == 1);
+  CHECK(filled.finish == Generation::Finish::context);
 
   int calls = 0;
   const auto cut = gen.run(prompt, o, [&](int64_t) { return ++calls < 2; });

@@ -2,8 +2,9 @@
 // forward at each new position within fp32 rounding, and greedy decoding through the cache picks the same tokens as
 // greedy decoding that recomputes the whole prefix, for every option a Hugging Face family sets (GQA, q/k norms,
 // q/k/v biases, RoPE scaling, a tied output), LoRA, both attention kernels and the ATen op chains. Every tensor is
-// randomised first (norms off one, biases and LoRA's B off zero), so each one matters. A cache that lost the
-// prompt's first position must miss: the comparison can fail.
+// randomised first (norms off one, biases and LoRA's B off zero), so each one matters. A prefill in chunks (a chunk
+// starting past position 0) is checked on both attention kernels. A cache that lost the prompt's first position must
+// miss: the comparison can fail.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -143,6 +144,9 @@ TEST_CASE("KV cache: cached logits equal the full forward at each position, and 
 TEST_CASE("KV cache: a prefill in chunks and a truncated cache reused give the full forward's logits", "[kv_cache]") {
   auto o = tiny();
   o.qk_norm = true;
+  // Both kernels: each masks a chunk that starts past 0 its own way (SDPA's mask argument, dot_product's added rows).
+  o.attention = GENERATE(model::DecoderOptions::Attention::autoselected, model::DecoderOptions::Attention::dot_product);
+  INFO("attention kernel " << (o.attention == model::DecoderOptions::Attention::dot_product ? "dot_product" : "sdpa"));
   auto m = randomised(o);
   const std::vector<int64_t> seq = {1, 9, 33, 7, 50, 2, 11, 63, 20, 4};
   at::Tensor full;

@@ -1,14 +1,19 @@
-// The LoRA branch in the decoder (model/LoraOptions.h): which tensors train, peft's initialisation, the math
-// against the merged weight W + s B A, the frozen linear's input gradient, and dropout's masks. Parity with peft
-// itself is tests/lora_peft_parity_test.py.
+// The LoRA branch in the decoder (model/LoraOptions.h): which tensors train (no base tensor in parameters() or the
+// step's optimizer), peft's initialisation, the math against the merged weight W + s B A at alpha/r and rsLoRA's
+// alpha/sqrt(r) as a run's config sets them, the frozen linear's input gradient, dropout's masks, the targets' one
+// spelling, and the noise scale of a tied LoRA run. Parity with peft itself is tests/lora_peft_parity_test.py.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include "TinyConfig.h"
+#include "data/DataSource.h"
 #include "model/Decoder.h"
 #include "model/FrozenLinear.h"
+#include "train/NoiseScale.h"
+#include "train/StepOptions.h"
+#include "train/TrainStep.h"
 #include "util/Errors.h"
 
 using namespace shadowgrad;
@@ -67,8 +72,12 @@ TEST_CASE("LoRA: peft's initialisation (B zero) leaves the base model's logits e
 TEST_CASE("LoRA: logits equal the base model with W + s B A merged in, at alpha/r and at rsLoRA's alpha/sqrt(r)",
           "[lora]") {
   for (bool rslora : {false, true}) {
-    auto o = lora_options(4, 8);
-    if (rslora) o.lora.scale = 8 / std::sqrt(4.0);
+    auto c = tiny_config();
+    c.lora_rank = 4;
+    c.lora_alpha = 8;
+    c.lora_use_rslora = rslora;
+    const auto o = model::DecoderOptions::from_config(c);  // the scale as a run sets it
+    CHECK(o.lora.scale == (rslora ? 8 / std::sqrt(4.0) : 8 / 4.0));
     model::Decoder lora(o), merged(lora_options(0, 0));
     randomise_b(lora);
     {
@@ -91,7 +100,7 @@ TEST_CASE("LoRA: logits equal the base model with W + s B A merged in, at alpha/
   }
 }
 
-TEST_CASE("LoRA: backward reaches every adapter and no base tensor", "[lora]") {
+TEST_CASE("LoRA: backward reaches every adapter, and no base tensor is trained by the step", "[lora]") {
   model::Decoder m(lora_options(4, 8));
   randomise_b(m);
   m->forward(tokens()).square().mean().backward();
@@ -100,7 +109,59 @@ TEST_CASE("LoRA: backward reaches every adapter and no base tensor", "[lora]") {
     REQUIRE(p.value().grad().defined());
     CHECK(p.value().grad().abs().sum().item<double>() > 0);
   }
-  for (const auto& b : m->named_buffers()) CHECK_FALSE(b.value().grad().defined());
+  // What could go wrong is a base tensor in the trained set: in parameters(), so in the shadow tree, the optimizer
+  // and the checkpoint (model.pt is named_parameters(); tests/lora_test.sh reads one). Each base weight is a buffer.
+  auto cfg = tiny_config();
+  cfg.lora_rank = 4;
+  cfg.gradient_accumulation_steps = 2;
+  model::Decoder trained(model::DecoderOptions::from_config(cfg));
+  auto source = data::make_source(data::DataOptions::from_config(cfg));
+  train::TrainStep step(train::StepOptions::from_config(cfg), trained, *source, c10::Device(c10::kCPU));
+  int64_t in_optimizer = 0;
+  for (const auto& group : step.optimizer().param_groups())
+    for (const auto& p : group.params()) {
+      ++in_optimizer;
+      bool adapter = false;
+      for (const auto& q : trained->named_parameters())
+        if (q.value().is_same(p)) adapter = q.key().find("_lora_") != std::string::npos;
+      CHECK(adapter);
+    }
+  CHECK(in_optimizer == int64_t(trained->parameters().size()));
+  const auto params = trained->named_parameters();
+  for (const char* base : {"embedding", "output", "final_norm", "layer0_wq", "layer1_w_down", "layer0_attn_norm"}) {
+    INFO(base);
+    CHECK_FALSE(params.find(base));
+  }
+  REQUIRE(trained->find_weight("layer1_w_down"));  // the control: the names are the base's, held as buffers
+  CHECK(trained->named_buffers().find("layer1_w_down"));
+  // A full fine-tune, the same way: the base is what trains (the check above can see a base tensor).
+  cfg.lora_rank = 0;
+  model::Decoder full(model::DecoderOptions::from_config(cfg));
+  CHECK(full->named_parameters().find("layer1_w_down"));
+}
+
+TEST_CASE("LoRA on a tied model: the noise scale is measured (the tied embedding is frozen), while a tied full fine-tune's "
+          "is not",
+          "[lora][gns]") {
+  auto cfg = tiny_config();
+  cfg.logits_via_embedding = true;  // tied, as SmolLM2 is
+  cfg.gradient_accumulation_steps = 2;
+  cfg.lora_rank = 4;
+  auto source = data::make_source(data::DataOptions::from_config(cfg));
+  model::Decoder lora(model::DecoderOptions::from_config(cfg));
+  train::TrainStep step(train::StepOptions::from_config(cfg), lora, *source, c10::Device(c10::kCPU));
+  REQUIRE(step.noise_scale() != nullptr);
+  bool estimated = false;
+  for (int64_t s = 0; s < 4; ++s) {
+    const train::StepStats st = step.run(s);
+    estimated = estimated || (st.noise && std::isfinite(st.noise->gns_tokens));
+  }
+  CHECK(estimated);
+  // The control: a tied full fine-tune trains the embedding, which gets two gradients per backward; not measured.
+  cfg.lora_rank = 0;
+  model::Decoder full(model::DecoderOptions::from_config(cfg));
+  train::TrainStep full_step(train::StepOptions::from_config(cfg), full, *source, c10::Device(c10::kCPU));
+  CHECK(full_step.noise_scale() == nullptr);
 }
 
 TEST_CASE("frozen_linear: the input gradient equals at::linear's, from a bf16 weight too", "[lora]") {
@@ -140,6 +201,10 @@ TEST_CASE("lora_target_modules: names, all-linear, and an unknown name refused",
   CHECK(model::lora_targets_string(model::parse_lora_targets("all-linear")) ==
         "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
   CHECK(model::lora_targets_string(model::parse_lora_targets("v_proj, q_proj")) == "q_proj,v_proj");
+  // The spelling a checkpoint pins: a set, one name for it.
+  CHECK(model::canonical_lora_targets("v_proj, q_proj") == "q_proj,v_proj");
+  CHECK(model::canonical_lora_targets("down_proj,up_proj,gate_proj,o_proj,v_proj,k_proj,q_proj") == "all-linear");
+  CHECK(model::canonical_lora_targets("all-linear") == "all-linear");
   CHECK_THROWS_AS(model::parse_lora_targets("q_proj,qkv"), ConfigError);
   CHECK_THROWS_WITH(model::parse_lora_targets("q_proj,qkv"), Catch::Contains("'qkv'"));
 }

@@ -32,9 +32,11 @@ at::Tensor tensors_of(torch::nn::Module& m) {
   return at::cat(parts);
 }
 
+// The decoder draws its weights from init_weights_seed (its own generator), not from the global one.
 model::Decoder tiny_decoder(uint64_t seed) {
-  at::manual_seed(seed);
-  return model::Decoder(model::DecoderOptions::from_config(tiny_config()));
+  auto cfg = tiny_config();
+  cfg.init_weights_seed = int64_t(seed);
+  return model::Decoder(model::DecoderOptions::from_config(cfg));
 }
 
 // Writes step-`step` of run_dir from `model`, as the trainer does (with an SGD optimizer's state beside it).
@@ -84,6 +86,8 @@ TEST_CASE("load_weights: the parameters bitwise, the RNG and a live run's .tmp/.
     CHECK(text_of(run + "/checkpoints/" + name + "/model.pt") == "a checkpoint in the making");
 
   auto earlier = tiny_decoder(3);
+  // Another seed, another model: the check below holds only if step 1 was loaded.
+  REQUIRE_FALSE(at::equal(tensors_of(*tiny_decoder(1)), tensors_of(*earlier)));
   CHECK(checkpoint::load_weights(run, 1, *earlier) == 1);
   for (auto& p : earlier->parameters()) p.detach().mul_(0.5);
   CHECK(at::equal(tensors_of(*saved), tensors_of(*earlier)));
@@ -122,6 +126,7 @@ TEST_CASE("load_weights: a damaged latest step falls back, an explicit one and a
   }
   auto loaded = tiny_decoder(2);
   const auto before = tensors_of(*loaded);
+  REQUIRE_FALSE(at::equal(tensors_of(*saved), before));  // so "nothing copied" and the fallback's load can be told apart
   CHECK_THROWS_AS(checkpoint::load_weights(run, 2, *loaded), checkpoint::CorruptCheckpointError);
   CHECK_THROWS_WITH(checkpoint::load_weights(run, 2, *loaded), Catch::Contains(model2) && Catch::Contains("crc32"));
   CHECK(at::equal(before, tensors_of(*loaded)));

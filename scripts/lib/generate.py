@@ -86,7 +86,8 @@ def stop_ids(tok, tok_dir, source):
 
 
 class Model:
-    """build/generate --serve as a child: requests of token ids in, tokens (streamed) and a summary out."""
+    """build/generate --serve as a child: requests of token ids in, tokens (streamed) and a summary out. It starts
+    at once and is waited for in wait_ready(), so that its start (LibTorch, the weights) overlaps the tokenizer's."""
 
     def __init__(self, args):
         cmd = [args.generate_bin, args.source, "--serve", "--step", str(args.step)]
@@ -96,6 +97,9 @@ class Model:
         # A session of its own: Ctrl-C reaches this script only, which then closes the child's stdin.
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
                                      start_new_session=True)
+        self.info = None
+
+    def wait_ready(self):
         ready = self._read()
         if "error" in ready:
             raise ModelExited(self.proc.wait())
@@ -121,7 +125,10 @@ class Model:
                 return msg
 
     def close(self):
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and self.info is None:  # still starting (a bad prompt was found meanwhile): it
+            self.proc.kill()  # has nothing to save, and it takes SIGTERM as a request to stop once it is ready
+            self.proc.wait()
+        elif self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
             except (BrokenPipeError, OSError):
@@ -287,13 +294,14 @@ def main():
                        "adapter_config.json and adapter_model.safetensors)")
 
     tok_dir = tokenizer_dir(args)
-    from hf_tokenizer import load_tokenizer  # after the cheap checks: transformers takes ~1 s to import
-    tok = load_tokenizer(tok_dir)
-    options = {"max_new": args.max_new, "stop": stop_ids(tok, tok_dir, args.source), "temperature": args.temperature,
-               "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed}
-    prompts = read_prompts(args.prompts, tok) if args.prompts else None
-    model = Model(args)
+    model = Model(args)  # after the cheap checks: it loads LibTorch and the weights while the tokenizer loads here
     try:
+        from hf_tokenizer import load_tokenizer  # transformers takes ~1 s of CPU to import
+        tok = load_tokenizer(tok_dir)
+        options = {"max_new": args.max_new, "stop": stop_ids(tok, tok_dir, args.source),
+                   "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed}
+        prompts = read_prompts(args.prompts, tok) if args.prompts else None
+        model.wait_ready()
         if args.chat:
             run_chat(args, tok, model, options)
         elif args.prompts:

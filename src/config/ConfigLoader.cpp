@@ -215,8 +215,6 @@ void validate(const Config& c) {
   if (c.dataset_type == DatasetType::preference && !c.use_dpo)
     fail("dataset_type=preference holds chosen/rejected pairs, which only the preference loss reads; set use_dpo=true "
          "(docs/preference.md)");
-  if (c.use_dpo && c.per_device_batch_size == kAuto)
-    fail("per_device_batch_size=auto is not yet supported with use_dpo=true; give a number of pairs per microbatch");
   if (c.dpo_label_smoothing > 0 && c.dpo_loss_type != DpoLossType::sigmoid)
     fail(fmt::format("dpo_label_smoothing={} applies to dpo_loss_type=sigmoid only (got {})", c.dpo_label_smoothing,
                      c.dpo_loss_type));

@@ -67,7 +67,9 @@ Generation Generator::run(const std::vector<int64_t>& prompt, const GenerateOpti
       g.finish = Generation::Finish::length;
       break;
     }
-    if (cache_.length == capacity()) {
+    // transformers' max_length: prompt and output together hold at most the context (and a prompt that fills it
+    // still gets one token, as there). The token just sampled is not in the cache yet.
+    if (cache_.length + 1 >= capacity()) {
       g.finish = Generation::Finish::context;
       break;
     }

@@ -50,9 +50,10 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
   // The gradient noise scale needs a small batch besides the global one: two microbatches over all processes (at
   // the run's largest batch; a step with one microbatch in all logs no estimate).
   const bool small_batches = std::max(micro_steps_, o.max_accumulation_steps) * (dp_ ? dp_->world_size() : 1) >= 2;
-  // A tied embedding receives two gradients per backward (the gather and the output matmul); a microbatch's norm
-  // needs their sum, and the folds see them one at a time, so the cross term between them is not measured.
-  const bool tied = model_->options().tied_output;
+  // A tied embedding that trains receives two gradients per backward (the gather and the output matmul); a
+  // microbatch's norm needs their sum, and the folds see them one at a time, so the cross term between them is not
+  // measured. Decided from the trained set: under LoRA the tied embedding is a frozen buffer and gets no gradient.
+  const bool tied = model_->options().tied_output && model_->named_parameters().find("embedding") != nullptr;
   if (o.noise_scale && small_batches && !tied && !pairs_) noise_ = std::make_unique<NoiseScale>(o.noise_ema_decay);
   if (o.noise_scale && pairs_)
     spdlog::info("gradient_noise_scale: not measured on preference pairs (its estimator assumes a token-mean loss); no "

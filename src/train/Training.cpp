@@ -148,6 +148,11 @@ RunSummary Training::run() {
   model::Decoder model(model::DecoderOptions::from_config(cfg_));
   load_pretrained(cfg_, *model);  // load_parameters_path, unless the run resumes from its own checkpoint
   model->to(device_);
+  auto* pairs = dynamic_cast<data::PairSource*>(source_.get());
+  // per_device_batch_size=auto's probe runs the preference loss on pairs before the reference exists; it measures
+  // memory only, so zeros stand in, and prepare_reference replaces them before step 1.
+  if (pairs && cfg_.per_device_batch_size == config::kAuto)
+    pairs->set_reference(std::vector<double>(size_t(2 * pairs->pairs_kept()), 0.0));
   fit_microbatch(cfg_, model, *source_, device_, dp.get(), world);  // per_device_batch_size=auto, memory_budget_mib
   if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(cfg_, world);
   const BatchPolicyOptions batches = BatchPolicyOptions::from_config(cfg_, world);
@@ -162,7 +167,7 @@ RunSummary Training::run() {
     hub::carry_model_files(cfg_.load_parameters_path, start.dir->path());  // tokenizer, config.json, source.json
     if (cfg_.lora_rank > 0) hub::write_base_record(cfg_.load_parameters_path, start.dir->path());  // checked on resume
   }
-  if (auto* pairs = dynamic_cast<data::PairSource*>(source_.get()))  // use_dpo: before step 1, or from the run's file
+  if (pairs)  // use_dpo: the reference log-probs before step 1, or from the run's file
     prepare_reference(cfg_, *pairs, dynamic_cast<data::PairSource*>(evaluator_->source()), model, device_,
                       checkpoint::run_dir_of(cfg_), start.state.step > 0, start.dir.has_value());
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
