@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
 
   try {
     auto path = shadowgrad::config::resolve_config_path(config_arg, configs_dir());
-    auto cfg = shadowgrad::config::load_config(path, overrides);
+    auto cfg = shadowgrad::config::load_config(path, overrides, configs_dir());
     // A Hugging Face model directory sets the model's shape (docs/huggingface.md), a peft adapter directory the LoRA
     // keys (docs/lora.md); a resume takes both from what the run recorded.
     shadowgrad::train::configure_from_sources(cfg);

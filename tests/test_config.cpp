@@ -154,6 +154,17 @@ TEST_CASE("base_config reads the named file first, then this file's keys, then t
   CHECK(parent_only.given_keys.count("steps"));
 }
 
+TEST_CASE("base_config is looked up beside the file, else as CONFIG is (in configs/)", "[config]") {
+  const auto dir = config_temp_dir_with({{"mine.yml", "base_config: lora.yml\ndataset_path: /d\nlearning_rate: 1e-4\n"}});
+  const Config c = load_config(dir + "/mine.yml", {}, SHADOWGRAD_SOURCE_DIR "/configs");
+  CHECK(c.learning_rate == 1e-4);  // this file over lora.yml
+  CHECK(c.lora_rank == 16);        // lora.yml over base.yml
+  CHECK(c.adam_b2 == 0.999);
+  // Control: without the configs directory there is no lora.yml beside mine.yml or in the current directory.
+  CHECK_THAT(config_error_of_file(dir + "/mine.yml"), Catch::Contains("mine.yml:1: base_config: config file 'lora.yml' "
+                                                                      "does not exist"));
+}
+
 TEST_CASE("base_config: a cycle or a missing file is an error naming FILE:LINE", "[config][errors]") {
   const auto dir = config_temp_dir_with({{"a.yml", "steps: 3\nbase_config: b.yml\n"},
                                   {"b.yml", "base_config: a.yml\n"},

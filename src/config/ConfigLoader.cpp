@@ -108,19 +108,20 @@ void apply_overrides(Config& cfg, const std::vector<std::string>& overrides) {
 
 namespace {
 
-// base_config names another YAML file to read first: next to the file that names it, else in the project's configs/
-// (where base.yml lives), as CONFIG is looked up.
-std::string base_config_path(const std::string& name, const std::string& from) {
+// base_config names another YAML file to read first: next to the file that names it, else as CONFIG is looked up (the
+// current directory, then `configs_dir`, where base.yml lives).
+std::string base_config_path(const std::string& name, const std::string& from, const std::string& configs_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path beside = fs::path(from).parent_path() / name;
   if (!fs::path(name).is_absolute() && fs::exists(beside, ec)) return beside.string();
-  return resolve_config_path(name, SHADOWGRAD_SOURCE_DIR "/configs");
+  return resolve_config_path(name, configs_dir);
 }
 
 // Applies one file's keys over `cfg`: its base_config first (MaxText's key), then its own keys. `chain` holds the
 // files being read, to refuse a cycle.
-void apply_file(Config& cfg, const std::string& text, const std::string& path, std::vector<std::string>& chain) {
+void apply_file(Config& cfg, const std::string& text, const std::string& path, const std::string& configs_dir,
+                std::vector<std::string>& chain) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -139,7 +140,7 @@ void apply_file(Config& cfg, const std::string& text, const std::string& path, s
     if (name != "base_config") continue;
     if (!entry.second.IsScalar() || entry.second.Scalar().empty())
       throw ConfigError(where + "base_config must name a YAML file, e.g. base_config: base.yml");
-    const std::string base = base_config_path(entry.second.Scalar(), path);
+    const std::string base = base_config_path(entry.second.Scalar(), path, configs_dir);
     std::error_code ec;
     const std::string id = std::filesystem::weakly_canonical(base, ec).string();
     if (std::find(chain.begin(), chain.end(), id) != chain.end())
@@ -154,7 +155,7 @@ void apply_file(Config& cfg, const std::string& text, const std::string& path, s
       throw ConfigError(where + "base_config: " + e.what());
     }
     chain.push_back(id);
-    apply_file(cfg, base_text, base, chain);
+    apply_file(cfg, base_text, base, configs_dir, chain);
     chain.pop_back();
   }
   for (const auto& entry : root) {
@@ -178,15 +179,16 @@ void apply_file(Config& cfg, const std::string& text, const std::string& path, s
 
 } // namespace
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return load_config_text(read_file(path), path, overrides);
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, const std::string& configs_dir) {
+  return load_config_text(read_file(path), path, overrides, configs_dir);
 }
 
-Config load_config_text(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config_text(const std::string& text, const std::string& path, const std::vector<std::string>& overrides,
+                        const std::string& configs_dir) {
   Config cfg;
   std::error_code ec;
   std::vector<std::string> chain{std::filesystem::weakly_canonical(path, ec).string()};
-  apply_file(cfg, text, path, chain);
+  apply_file(cfg, text, path, configs_dir, chain);
   apply_overrides(cfg, overrides);
   validate(cfg);
   return cfg;
