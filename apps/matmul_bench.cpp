@@ -1,7 +1,7 @@
 // matmul_bench [--threads N] [--seconds S] [--model E,MLP,VOCAB,TOKENS,HEADS,HEAD_DIM]
 // Measures this machine's matmul throughput in GF/s (2*M*N*K flops per product), in bf16 and fp32, through the
 // same LibTorch ops the trainer uses (at::linear, at::matmul), at a large square size and at the model's own
-// shapes. It is the "limit" row of scripts/bench.sh. Cost: about 2 x (shapes) x S seconds.
+// shapes. It is the "limit" row of bench/bench.sh. Cost: about 2 x (shapes) x S seconds.
 // Prints one tab-separated line per measurement: name, M, N, K, batch, dtype, GF/s.
 #include <chrono>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // numerics_study: how far does each GA carry (grad_dtype x grad_accum_rounding) drift from the exact sum
-// of K microbatch gradients? The study behind docs/numerics.md; scripts/numerics_study.sh runs it and plots.
+// of K microbatch gradients? The study behind docs/numerics.md; bench/numerics_study.sh runs it and plots.
 //
 //   build/numerics_study base.yml [key=value ...] [--k 1,4,16,64,256,1024] [--seeds 4] [--out runs/numerics]
 //
