@@ -9,8 +9,8 @@ set -euo pipefail
 SHADOWGRAD_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 source "$SHADOWGRAD_ROOT/scripts/lib/fuzz.sh"
 fuzz_name=fuzz_pairs fuzz_out="${SHADOWGRAD_FUZZ_DIR:-$SHADOWGRAD_ROOT/build/fuzz}/pairs" fuzz_max_len=2048
-fuzz_srcs=("$SHADOWGRAD_ROOT/fuzz/pair_fuzzer.cpp" "$SHADOWGRAD_ROOT/src/data/PairFile.cpp" "$SHADOWGRAD_ROOT/src/util/File.cpp")
-fuzz_deps=("$SHADOWGRAD_ROOT/src/data/PairFile.h" "$SHADOWGRAD_ROOT/src/data/LittleEndian.h" "$SHADOWGRAD_ROOT/src/util/File.h"
+fuzz_srcs=("$SHADOWGRAD_ROOT/fuzz/pair_fuzzer.cpp" "$SHADOWGRAD_ROOT/src/data/PairFile.cpp" "$SHADOWGRAD_ROOT/src/data/DataFileHeader.cpp" "$SHADOWGRAD_ROOT/src/util/File.cpp")
+fuzz_deps=("$SHADOWGRAD_ROOT/src/data/DataFileHeader.h" "$SHADOWGRAD_ROOT/src/data/PairFile.h" "$SHADOWGRAD_ROOT/src/data/LittleEndian.h" "$SHADOWGRAD_ROOT/src/util/File.h"
            "$SHADOWGRAD_ROOT/src/util/Errors.h" "$SHADOWGRAD_ROOT/src/util/Hash.h")
 fuzz_libs=(-lfmt) fuzz_seeds="$SHADOWGRAD_ROOT/fuzz/pair_corpus"
 run_fuzzer "${1:-60}"

@@ -9,7 +9,7 @@ set -euo pipefail
 SHADOWGRAD_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 source "$SHADOWGRAD_ROOT/scripts/lib/fuzz.sh"
 fuzz_name=fuzz_sft fuzz_out="${SHADOWGRAD_FUZZ_DIR:-$SHADOWGRAD_ROOT/build/fuzz}/sft" fuzz_max_len=2048
-fuzz_srcs=("$SHADOWGRAD_ROOT/fuzz/sft_fuzzer.cpp" "$SHADOWGRAD_ROOT/src/data/SftFile.cpp" "$SHADOWGRAD_ROOT/src/util/File.cpp")
-fuzz_deps=("$SHADOWGRAD_ROOT/src/data/SftFile.h" "$SHADOWGRAD_ROOT/src/util/File.h" "$SHADOWGRAD_ROOT/src/util/Errors.h")
+fuzz_srcs=("$SHADOWGRAD_ROOT/fuzz/sft_fuzzer.cpp" "$SHADOWGRAD_ROOT/src/data/SftFile.cpp" "$SHADOWGRAD_ROOT/src/data/DataFileHeader.cpp" "$SHADOWGRAD_ROOT/src/util/File.cpp")
+fuzz_deps=("$SHADOWGRAD_ROOT/src/data/DataFileHeader.h" "$SHADOWGRAD_ROOT/src/data/LittleEndian.h" "$SHADOWGRAD_ROOT/src/data/SftFile.h" "$SHADOWGRAD_ROOT/src/util/File.h" "$SHADOWGRAD_ROOT/src/util/Errors.h")
 fuzz_libs=(-lfmt) fuzz_seeds="$SHADOWGRAD_ROOT/fuzz/sft_corpus"
 run_fuzzer "${1:-60}"

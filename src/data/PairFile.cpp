@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "data/DataFileHeader.h"
 #include "data/LittleEndian.h"
 #include "util/Errors.h"
 #include "util/File.h"
@@ -24,13 +25,7 @@ const char* part_name(int64_t part) {
 
 PairFile PairFile::open(const std::string& path, const std::string& key) {
   const std::string label = fmt::format("{} '{}'", key, path);
-  std::string bytes;
-  try {
-    bytes = util::read_whole_file(path);
-  } catch (const std::runtime_error& e) {
-    throw DataError(fmt::format("{}: {}", label, e.what()));
-  }
-  return parse(bytes, label);
+  return parse(read_data_file(path, label), label);
 }
 
 PairFile PairFile::parse(const std::string& bytes, const std::string& label) {
@@ -38,17 +33,8 @@ PairFile PairFile::parse(const std::string& bytes, const std::string& label) {
   f.label_ = label;
   const std::string& L = f.label_;
   const int64_t size = int64_t(bytes.size());
-  if (size < kPairHeaderBytes)
-    throw DataError(fmt::format("{} is truncated: {} bytes, shorter than the pair file's header ({} bytes)", L, size,
-                                kPairHeaderBytes));
-  if (std::memcmp(bytes.data(), kPairMagic, sizeof(kPairMagic)) != 0)
-    throw DataError(fmt::format("{} is not a pair file (no SGPAIR magic); make one with scripts/prepare_preference.sh",
-                                L));
-  const auto version = read_le<uint32_t>(bytes, 8), width = read_le<uint32_t>(bytes, 12);
-  if (version != kPairVersion || width != 4)
-    throw DataError(fmt::format("{}: pair file version {} with {}-byte tokens; this trainer reads version {} with "
-                                "4-byte tokens",
-                                L, version, width, kPairVersion));
+  check_data_file_start(bytes, L, {kPairMagic, kPairVersion, kPairHeaderBytes, "pair file", "a pair file",
+                                   "scripts/prepare_preference.sh"});
   const auto n = read_le<uint64_t>(bytes, 16), tokens = read_le<uint64_t>(bytes, 24);
   f.max_token_ = read_le<uint32_t>(bytes, 32);
   // Sizes from the header, checked against the file before anything is allocated (no overflow: both < 2^40).

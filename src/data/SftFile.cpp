@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "data/DataFileHeader.h"
 #include "data/LittleEndian.h"
 #include "util/Errors.h"
 #include "util/File.h"
@@ -20,13 +21,7 @@ int64_t padded8(int64_t n) { return (n + 7) / 8 * 8; }
 
 SftFile SftFile::open(const std::string& path, const std::string& key) {
   const std::string label = fmt::format("{} '{}'", key, path);
-  std::string bytes;
-  try {
-    bytes = util::read_whole_file(path);
-  } catch (const std::runtime_error& e) {
-    throw DataError(fmt::format("{}: {}", label, e.what()));
-  }
-  return parse(bytes, label);
+  return parse(read_data_file(path, label), label);
 }
 
 SftFile SftFile::parse(const std::string& bytes, const std::string& label) {
@@ -34,16 +29,8 @@ SftFile SftFile::parse(const std::string& bytes, const std::string& label) {
   f.label_ = label;
   const std::string& L = f.label_;
   const int64_t size = int64_t(bytes.size());
-  if (size < kSftHeaderBytes)
-    throw DataError(fmt::format("{} is truncated: {} bytes, shorter than the SFT header ({} bytes)", L, size,
-                                kSftHeaderBytes));
-  if (std::memcmp(bytes.data(), kSftMagic, sizeof(kSftMagic)) != 0)
-    throw DataError(fmt::format("{} is not an SFT file (no SGSFT magic); make one with scripts/prepare_sft.sh", L));
-  const auto version = read_le<uint32_t>(bytes, 8), width = read_le<uint32_t>(bytes, 12);
-  if (version != kSftVersion || width != 4)
-    throw DataError(fmt::format("{}: SFT version {} with {}-byte tokens; this trainer reads version {} with 4-byte "
-                                "tokens",
-                                L, version, width, kSftVersion));
+  check_data_file_start(bytes, L, {kSftMagic, kSftVersion, kSftHeaderBytes, "SFT file", "an SFT file",
+                                   "scripts/prepare_sft.sh"});
   const auto n = read_le<uint64_t>(bytes, 16), tokens = read_le<uint64_t>(bytes, 24);
   const auto targets = read_le<uint64_t>(bytes, 32);
   f.max_token_ = read_le<uint32_t>(bytes, 40);
