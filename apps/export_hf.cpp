@@ -13,11 +13,10 @@
 
 #include "VersionLine.h"
 #include "checkpoint/MetricsTail.h"
-#include "checkpoint/WeightsLoader.h"
 #include "config/ConfigLoader.h"
-#include "hub/BaseRecord.h"
 #include "hub/Export.h"
 #include "hub/ExportSurvival.h"
+#include "hub/ModelWeights.h"
 #include "hub/PeftAdapter.h"
 #include "model/Decoder.h"
 #include "model/WeightCount.h"
@@ -42,14 +41,15 @@ int export_run(const std::string& run_dir, const std::string& out_dir, int64_t s
   sg::model::refuse_weights_beyond_headroom(sg::model::DecoderOptions::from_config(cfg), run_dir);  // before building
   sg::model::Decoder model(sg::model::DecoderOptions::from_config(cfg));
   // The weights alone (no optimizer state), and nothing in the run directory touched: a trainer may be writing it.
-  step = sg::checkpoint::load_weights(run_dir, step, *model);
+  // A LoRA checkpoint holds the adapters: the merge needs the base the run was built on, the adapter directory not.
+  auto sources = sg::hub::run_weights(cfg, run_dir, step);
+  if (adapter) sources.base.clear();
+  step = sg::hub::load_model_weights(sources, cfg, *model).step;
   if (adapter) {
     sg::hub::export_adapter(cfg, *model, run_dir, out_dir);
     std::cout << fmt::format("wrote the peft adapter {} from {} step {}\n", out_dir, run_dir, step);
     return 0;
   }
-  // A LoRA checkpoint holds the adapters: the merge needs the base the run was built on.
-  if (cfg.lora_rank > 0) sg::hub::load_recorded_base(cfg, run_dir, *model);
   sg::hub::ExportOptions options;
   options.dtype = dtype;
   sg::hub::export_model_dir(cfg, *model, run_dir, out_dir, options);

@@ -22,6 +22,7 @@
 #include "model/Decoder.h"
 #include "model/WeightCount.h"
 #include "train/MemoryProbe.h"
+#include "train/TokenLoss.h"
 #include "train/TrainStep.h"
 
 using namespace shadowgrad;
@@ -76,6 +77,73 @@ TEST_CASE("the footprint from the config is what the model and a step hold", "[f
   if (std::string(v.name).find("hoisted bf16 casts") != std::string::npos) CHECK(f.weight_casts > 0);
   if (std::string(v.name) == "LoRA, hoisted bf16 casts")
     CHECK(f.weight_casts == model::count_weights(model->options()).adapters * 2);
+}
+
+TEST_CASE("a frozen bf16 output under fp32 compute is held once: no fp32 copy of the [V, E] matrix until backward",
+          "[footprint][lora]") {
+  memory::TrackingAllocator::install();
+  auto& mem = memory::TrackingAllocator::get();
+  const bool tied = GENERATE(false, true);
+  INFO("logits_via_embedding=" << tied);
+  auto cfg = tiny_config();
+  cfg.lora_rank = 4;
+  cfg.logits_via_embedding = tied;
+  const auto tokens = at::randint(cfg.vocab_size, {2, cfg.max_target_length}, at::kLong);
+  // Bytes the loss holds from its forward to its backward, given the hidden states; `cast_first`: the control, which
+  // hands the loss an fp32 copy of the output, as output_weight() did before it returned a frozen base as stored.
+  auto held = [&](const std::string& weight_dtype, bool cast_first) {
+    set_key(cfg, "weight_dtype", weight_dtype);
+    model::Decoder model(model::DecoderOptions::from_config(cfg));
+    const auto h = model->hidden(tokens);
+    const int64_t before = mem.current_bytes();
+    at::Tensor w = model->output_weight();
+    if (cast_first) w = w.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    auto loss = train::linear_token_loss_sum(h, w, tokens);
+    w = at::Tensor();
+    const int64_t bytes = mem.current_bytes() - before;
+    loss.backward();  // still trains: the adapters get their gradient through the bf16 output
+    for (const auto& p : model->parameters()) CHECK(p.grad().defined());
+    // forward() takes the same path: its logits are those of the output cast once to fp32.
+    CHECK(at::equal(model->forward(tokens), at::linear(model->hidden(tokens), model->output_weight().to(at::kFloat))));
+    return bytes;
+  };
+  const int64_t fp32_base = held("float32", false), bf16_base = held("bfloat16", false);
+  CHECK(bf16_base == fp32_base);
+  // The control: an fp32 copy, held until backward, is seen to the byte.
+  CHECK(held("bfloat16", true) == fp32_base + cfg.vocab_size * cfg.base_emb_dim * 4);
+}
+
+TEST_CASE("LoRA dropout's masks: 1 byte an element, and what they keep counted in the footprint", "[footprint][lora]") {
+  memory::TrackingAllocator::install();
+  auto& mem = memory::TrackingAllocator::get();
+  const std::string remat = GENERATE(std::string("none"), std::string("full"));
+  INFO("remat_policy=" << remat);
+  auto cfg = tiny_config();
+  cfg.lora_rank = 4;
+  cfg.per_device_batch_size = 2;
+  set_key(cfg, "remat_policy", remat);
+  const auto tokens = at::randint(cfg.vocab_size, {2, cfg.max_target_length}, at::kLong);
+  // What a training forward holds until backward, and the footprint's activations.
+  auto held = [&](double dropout) {
+    cfg.lora_dropout = dropout;
+    model::Decoder model(model::DecoderOptions::from_config(cfg));
+    model->train();
+    const int64_t before = mem.current_bytes();
+    const auto h = model->hidden(tokens);
+    return std::pair<int64_t, int64_t>{mem.current_bytes() - before, train::footprint_from_config(cfg, 1).activations};
+  };
+  const auto [without, estimate_without] = held(0.0);
+  const auto [with, estimate_with] = held(0.25);
+  // Per token and layer: each of the seven projections' 1-byte mask (q k v gate up: E, o: Q, down: M), and a copy of
+  // the input each projection keeps dropped, in fp32, where without dropout q k v share one and gate up one (+3E);
+  // the first layer's q k v masks are not kept (its input needs no gradient). remat_policy=full holds no layer's graph
+  // after the forward, and one block's while it is re-run in backward.
+  const int64_t E = cfg.base_emb_dim, Q = cfg.base_num_query_heads * cfg.head_dim, M = cfg.base_mlp_dim;
+  const int64_t tokens_held = 2 * cfg.max_target_length, per_layer = tokens_held * ((5 * E + Q + M) + 4 * 3 * E);
+  CHECK(with - without == (remat == "full" ? 0 : cfg.base_num_decoder_layers * per_layer - tokens_held * 3 * E));
+  CHECK(estimate_with - estimate_without ==
+        (remat == "full" ? per_layer : cfg.base_num_decoder_layers * per_layer - tokens_held * 3 * E));
+  if (remat == "none") CHECK(with - without == 37888);  // the figure docs/lora.md quotes
 }
 
 TEST_CASE("the weight count: the decoder's weights, a crafted rank saturates, a rank above a side is warned about",

@@ -1,7 +1,5 @@
 #include "checkpoint/LoadAttempt.h"
 
-#include <algorithm>
-#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -15,14 +13,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include "checkpoint/Archive.h"
-#include "checkpoint/Crc32.h"
-#include "checkpoint/DurableFile.h"
 #include "checkpoint/RunLayout.h"
+#include "checkpoint/StepFiles.h"
 #include "config/ConfigSchema.h"
 #include "util/Printable.h"
 
 namespace shadowgrad::checkpoint {
-namespace fs = std::filesystem;
 namespace {
 
 // A step-N directory whose manifest and files all pass their checks, read into memory.
@@ -32,32 +28,16 @@ struct Verified {
 };
 
 // `topology` decides which optimizer shards this process keeps in memory; every file is checked either way.
-Verified verify(const std::string& dir, const Topology& topology) {
-  const std::string manifest_path = dir + "/manifest.yml";
-  if (!fs::exists(manifest_path))
-    throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is missing", manifest_path));
+Verified verify(const std::string& dir, int64_t step, const Topology& topology) {
   Verified v;
-  v.manifest = Manifest::parse(read_whole_file(manifest_path), manifest_path);
+  v.manifest = read_manifest(dir, step);
   for (const auto& f : v.manifest.files) {
-    const std::string path = dir + "/" + f.name;
-    if (!fs::exists(path)) throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is missing", path));
-    std::string bytes = read_whole_file(path);
-    if (int64_t(bytes.size()) != f.bytes)
-      throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: {} bytes, the manifest says {} "
-                                               "(truncated?)",
-                                               path, bytes.size(), f.bytes));
-    const std::string crc = crc32_hex(crc32(bytes.data(), bytes.size()));
-    if (crc != f.crc32)
-      throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: crc32 {} does not match the "
-                                               "manifest's {}",
-                                               path, crc, f.crc32));
+    std::string bytes = read_listed_file(dir, f);
     if (needed_by(topology, v.manifest, f.name)) v.files[f.name] = std::move(bytes);
   }
   std::vector<std::string> required = optimizer_files(v.manifest);
   required.insert(required.end(), {"model.pt", "rng.pt"});
-  for (const auto& name : required)
-    if (std::none_of(v.manifest.files.begin(), v.manifest.files.end(), [&](const auto& f) { return f.name == name; }))
-      throw CorruptCheckpointError(fmt::format("checkpoint '{}' lists no {} in its manifest", dir, name));
+  for (const auto& name : required) listed(v.manifest, name, dir);
   return v;
 }
 
@@ -93,12 +73,10 @@ void log_changed_keys(const Verified& v, const CheckpointOptions& options) {
   if (!changes.empty()) spdlog::info("resuming with changed keys: {}", fmt::join(changes, ", "));
 }
 
-// What restore() and load() both require of a verified step-N directory: its manifest says step N, and the
-// keys that fix the model's and optimizer's shapes match the config.
-void check_loadable(const Verified& v, int64_t step, const CheckpointOptions& options, const Topology& topology,
+// What restore() and load() both require of a verified step-N directory (whose manifest says step N): the keys that
+// fix the model's and optimizer's shapes match the config.
+void check_loadable(const Verified& v, const CheckpointOptions& options, const Topology& topology,
                     const std::string& dir) {
-  if (v.manifest.state.step != step)
-    throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, v.manifest.state.step));
   check_frozen_keys(v.manifest, options, dir);
   // A batch that grows (schedule, gns policy) follows the checkpoint's state instead (train/BatchSizePolicy.h).
   if (options.layout.grows) return;
@@ -115,25 +93,6 @@ struct Prepared {
   at::Tensor rng_state;
 };
 
-std::vector<at::Tensor> read_model(const std::string& bytes, const std::string& path, torch::nn::Module& model) {
-  std::vector<at::Tensor> out;
-  deserialize(bytes, path, [&](torch::serialize::InputArchive& archive) {
-    for (auto& p : model.named_parameters()) {
-      at::Tensor saved;
-      if (!archive.try_read(p.key(), saved))
-        throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: it has no parameter '{}'", path,
-                                                 p.key()));
-      if (saved.sizes() != p.value().sizes() || saved.scalar_type() != p.value().scalar_type())
-        throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: parameter '{}' is {}, the model "
-                                                 "has {}",
-                                                 path, p.key(), c10::str(saved.scalar_type(), saved.sizes()),
-                                                 c10::str(p.value().scalar_type(), p.value().sizes())));
-      out.push_back(saved);
-    }
-  });
-  return out;
-}
-
 at::Tensor read_rng(const std::string& bytes, const std::string& path) {
   at::Tensor state;
   deserialize(bytes, path, [&](torch::serialize::InputArchive& archive) {
@@ -147,24 +106,22 @@ at::Tensor read_rng(const std::string& bytes, const std::string& path) {
 Prepared prepare(const std::string& dir, int64_t step, const CheckpointOptions& options, const Topology& topology,
                  torch::nn::Module& model, torch::optim::Optimizer& optimizer, bool check_steps) {
   Prepared p;
-  p.verified = verify(dir, topology);
+  p.verified = verify(dir, step, topology);
   const Verified& v = p.verified;
-  check_loadable(v, step, options, topology, dir);
+  check_loadable(v, options, topology, dir);
   if (check_steps && v.manifest.state.step > options.steps)
     throw InputError(fmt::format("checkpoint '{}' is at step {}, past steps={}; raise steps or pick an earlier "
                                  "load_checkpoint_step",
                                  dir, v.manifest.state.step, options.steps));
   torch::NoGradGuard no_grad;
-  p.params = read_model(v.files.at("model.pt"), dir + "/model.pt", model);
+  p.params = read_parameters(v.files.at("model.pt"), dir + "/model.pt", model);
   p.rng_state = read_rng(v.files.at("rng.pt"), dir + "/rng.pt");
   load_optimizer_state(v.files, v.manifest, optimizer, topology, dir);
   return p;
 }
 
 void put_in_place(const Prepared& p, torch::nn::Module& model) {
-  torch::NoGradGuard no_grad;
-  size_t i = 0;
-  for (auto& param : model.named_parameters()) param.value().copy_(p.params.at(i++));
+  put_parameters(p.params, model);
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(p.rng_state);

@@ -9,68 +9,19 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
-#include <torch/serialize/input-archive.h>
 
-#include "checkpoint/Archive.h"
 #include "checkpoint/Checkpointer.h"
-#include "checkpoint/Crc32.h"
-#include "checkpoint/DurableFile.h"
-#include "checkpoint/Manifest.h"
+#include "checkpoint/StepFiles.h"
 
 namespace shadowgrad::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-// The bytes of `dir`/model.pt once the manifest (its own checksum, its step) and the file's size and CRC agree.
-std::string verified_model_file(const std::string& dir, int64_t step) {
-  const std::string manifest_path = dir + "/manifest.yml";
-  if (!fs::exists(manifest_path))
-    throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is missing", manifest_path));
-  const Manifest manifest = Manifest::parse(read_whole_file(manifest_path), manifest_path);
-  if (manifest.state.step != step)
-    throw CorruptCheckpointError(fmt::format("checkpoint '{}' holds step {} in its manifest", dir, manifest.state.step));
-  const auto entry = std::find_if(manifest.files.begin(), manifest.files.end(),
-                                  [](const FileEntry& f) { return f.name == "model.pt"; });
-  if (entry == manifest.files.end())
-    throw CorruptCheckpointError(fmt::format("checkpoint '{}' lists no model.pt in its manifest", dir));
-  const std::string path = dir + "/model.pt";
-  if (!fs::exists(path)) throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is missing", path));
-  std::string bytes = read_whole_file(path);
-  const std::string crc = crc32_hex(crc32(bytes.data(), bytes.size()));
-  if (int64_t(bytes.size()) != entry->bytes || crc != entry->crc32)
-    throw CorruptCheckpointError(fmt::format("checkpoint file '{}' is corrupt: {} bytes with crc32 {}, the manifest "
-                                             "says {} bytes with crc32 {}",
-                                             path, bytes.size(), crc, entry->bytes, entry->crc32));
-  return bytes;
-}
-
-// Every parameter of `model`, in named_parameters() order, as step `step` in `dir` holds it; the model is not touched.
+// Step `step` of `dir`, checked as a resume checks it (checkpoint/StepFiles.h), model.pt alone; the model is not
+// touched.
 std::vector<at::Tensor> read_weights(const std::string& dir, int64_t step, torch::nn::Module& model) {
-  const std::string path = dir + "/model.pt";
-  const std::string bytes = verified_model_file(dir, step);
-  std::vector<at::Tensor> out;
-  deserialize(bytes, path, [&](torch::serialize::InputArchive& archive) {
-    for (const auto& p : model.named_parameters()) {
-      at::Tensor saved;
-      if (!archive.try_read(p.key(), saved))
-        throw CorruptCheckpointError(fmt::format("checkpoint file '{}' does not fit the model: it has no parameter "
-                                                 "'{}'", path, p.key()));
-      const at::Tensor& ours = p.value();
-      if (saved.sizes() != ours.sizes() || saved.scalar_type() != ours.scalar_type())
-        throw CorruptCheckpointError(fmt::format("checkpoint file '{}' does not fit the model: parameter '{}' is {}, "
-                                                 "the model's is {}", path, p.key(),
-                                                 c10::str(saved.scalar_type(), saved.sizes()),
-                                                 c10::str(ours.scalar_type(), ours.sizes())));
-      out.push_back(saved);
-    }
-  });
-  return out;
-}
-
-void put_in_place(const std::vector<at::Tensor>& weights, torch::nn::Module& model) {
-  at::NoGradGuard no_grad;
-  size_t i = 0;
-  for (auto& p : model.named_parameters()) p.value().copy_(weights.at(i++));
+  const Manifest manifest = read_manifest(dir, step);
+  return read_parameters(read_listed_file(dir, listed(manifest, "model.pt", dir)), dir + "/model.pt", model);
 }
 
 } // namespace
@@ -83,7 +34,7 @@ int64_t load_weights(const std::string& run_dir, int64_t step, torch::nn::Module
       throw InputError(fmt::format("{}: there is no checkpoint step-{}{}", run_dir, step,
                                    all.empty() ? std::string(" (no checkpoints at all)")
                                                : fmt::format(" (available: {})", fmt::join(all, ", "))));
-    put_in_place(read_weights(run.step_dir(step), step, model), model);
+    put_parameters(read_weights(run.step_dir(step), step, model), model);
     return step;
   }
   std::set<int64_t> tried;
@@ -97,7 +48,7 @@ int64_t load_weights(const std::string& run_dir, int64_t step, torch::nn::Module
       if (!tried.insert(*it).second) continue;
       const std::string dir = run.step_dir(*it);
       try {
-        put_in_place(read_weights(dir, *it, model), model);
+        put_parameters(read_weights(dir, *it, model), model);
         return *it;
       } catch (const CorruptCheckpointError& e) {
         vanished = !fs::exists(dir);

@@ -6,13 +6,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "checkpoint/WeightsLoader.h"
 #include "config/ConfigLoader.h"
 #include "config/Dtypes.h"
 #include "hub/HfConfig.h"
-#include "hub/BaseRecord.h"
 #include "hub/ConfigMapping.h"
 #include "hub/Import.h"
+#include "hub/ModelWeights.h"
 #include "hub/PeftAdapter.h"
 #include "model/WeightCount.h"
 #include "util/Errors.h"
@@ -70,8 +69,7 @@ LoadedModel load_run(const ModelSource& source) {
   m.model = model::Decoder(model::DecoderOptions::from_config(m.cfg));
   // A LoRA run's checkpoint holds its adapters alone: the frozen base is read again from where the run read it,
   // after checking it is the base the run recorded (a from-scratch base is the seeded init the constructor made).
-  if (m.cfg.lora_rank > 0) hub::load_recorded_base(m.cfg, source.path, *m.model);
-  m.step = checkpoint::load_weights(source.path, source.step, *m.model);
+  m.step = hub::load_model_weights(hub::run_weights(m.cfg, source.path, source.step), m.cfg, *m.model).step;
   m.description = fmt::format("run {} step {}", source.path, m.step);
   if (m.cfg.lora_rank > 0)
     m.description += fmt::format(" (LoRA r={} over {})", m.cfg.lora_rank,
@@ -99,12 +97,14 @@ LoadedModel load_model_dir(const ModelSource& source) {
   check_before_build(m.cfg, source.adapter.empty() ? source.path
                                                    : fmt::format("{} with the adapter {}", source.path, source.adapter));
   m.model = model::Decoder(model::DecoderOptions::from_config(m.cfg));
-  hub::load_hf_weights(source.path, hf, *m.model);
-  m.description = fmt::format("{} ({})", source.path, hf.family->architecture);
-  if (source.adapter.empty()) return m;
   // An adapter made for another architecture does not fit: a tensor's shape or a layer is refused (ModelFileError).
   // One made for another checkpoint of the same shapes fits; its recorded base's name is all that can tell.
-  hub::load_adapter_weights(source.adapter, m.cfg, *m.model);
+  hub::WeightSources sources;
+  sources.base = source.path;
+  sources.adapter = source.adapter;
+  hub::load_model_weights(sources, m.cfg, *m.model);
+  m.description = fmt::format("{} ({})", source.path, hf.family->architecture);
+  if (source.adapter.empty()) return m;
   m.description += fmt::format(" + adapter {} (r={})", source.adapter, m.cfg.lora_rank);
   if (!adapter_base.empty() && last_name(adapter_base) != last_name(fs::absolute(source.path).string()))
     spdlog::warn("{}: base_model_name_or_path is {}, not {}: is this the adapter's base?", source.adapter,

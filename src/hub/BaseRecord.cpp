@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "hub/HfConfig.h"
 #include "hub/Import.h"
 #include "hub/SafeTensorsHeader.h"
 #include "util/File.h"
@@ -144,14 +143,6 @@ std::string run_base_dir(const std::string& given, const std::string& run_dir) {
   if (fs::is_directory(given, ec)) return given;
   throw ModelFileError(fmt::format("load_parameters_path={}: not a directory, and {} is gone from where {} recorded it{}",
                                    given, recorded, source_json(run_dir).string(), kWhy));
-}
-
-void load_recorded_base(const config::Config& cfg, const std::string& run_dir, torch::nn::Module& model) {
-  if (cfg.load_parameters_path.empty()) return;
-  const std::string dir = run_base_dir(cfg.load_parameters_path, run_dir);
-  verify_base_record(dir, run_dir);
-  const HfConfig hf = read_hf_config((fs::path(dir) / "config.json").string());
-  load_hf_weights(dir, hf, model);
 }
 
 std::string recorded_base_dir(const std::string& run_dir) {

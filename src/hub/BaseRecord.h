@@ -7,14 +7,8 @@
 //   write_base_record(model_dir, run_dir);   // adds each file's fingerprints to it
 //   ...
 //   verify_base_record(model_dir, run_dir);  // on resume, before the base is read: ModelFileError naming the file
-//   load_recorded_base(cfg, run_dir, *model); // both: verify, then read the base from load_parameters_path
+//   (hub/ModelWeights.h reads a run's base again: run_base_dir, verify_base_record, then the weights)
 #include <string>
-
-#include "config/Config.h"
-
-namespace torch::nn {
-class Module;
-}
 
 namespace shadowgrad::hub {
 
@@ -36,12 +30,6 @@ bool verify_base_record(const std::string& model_dir, const std::string& run_dir
 // from any directory; else `given` (a base moved since, which verify_base_record then checks against the record).
 // `given` when the run recorded none. Throws ModelFileError naming both when neither is a directory.
 std::string run_base_dir(const std::string& given, const std::string& run_dir);
-
-// A LoRA run's frozen base, for a resume or a merged export (its checkpoint holds only the adapters): checks
-// run_base_dir(cfg.load_parameters_path, run_dir) against run_dir's record (verify_base_record), then reads it into
-// `model`'s buffers (load_hf_weights). Does nothing when load_parameters_path is empty: a from-scratch base is the
-// seeded init the model's constructor makes again.
-void load_recorded_base(const config::Config& cfg, const std::string& run_dir, torch::nn::Module& model);
 
 // The model directory run_dir/hf/source.json names (an absolute path); "" when the run has none (from scratch).
 std::string recorded_base_dir(const std::string& run_dir);

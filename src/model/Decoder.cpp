@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -21,6 +22,23 @@
 #include "util/Hash.h"
 
 namespace shadowgrad::model {
+
+namespace {
+
+// A generator of `device`'s kind seeded with `seed` alone (a CUDA one: Philox at offset 0), so a draw from it is a
+// function of the seed.
+at::Generator seeded_generator(c10::Device device, uint64_t seed) {
+  if (device.is_cpu()) return at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Generator base = at::globalContext().defaultGenerator(device), g;
+  {
+    std::lock_guard<std::mutex> lock(base.mutex());
+    g = base.clone();
+  }
+  g.set_current_seed(seed);
+  return g;
+}
+
+} // namespace
 
 DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   DecoderOptions o;
@@ -174,18 +192,16 @@ torch::Tensor DecoderImpl::lora_input(const torch::Tensor& x, int64_t layer, Pro
   const double drop = options_.lora.dropout;
   if (drop <= 0 || !is_training()) return x;
   // One generator per row, keyed by the row's global sequence number: the same mask at any K, any process count,
-  // after a resume, and again when remat re-runs the block in backward.
+  // after a resume, and again when remat re-runs the block. Drawn on x's device, 1 byte an element: backward keeps
+  // the mask alone (where's condition), not a copy in the compute dtype.
   const int64_t rows = x.size(0);
-  std::vector<at::Tensor> masks;
-  masks.reserve(rows);
+  auto keep = at::empty(x.sizes(), x.options().dtype(at::kBool));
   for (int64_t r = 0; r < rows; ++r) {
     const uint64_t key = util::mix64(util::mix64(options_.lora.dropout_seed ^ uint64_t(dropout_first_row_ + r)) ^
                                      uint64_t(layer * kProjections + int(p)));
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(key);
-    masks.push_back(at::empty(x[r].sizes(), at::kFloat).bernoulli_(1.0 - drop, gen));
+    keep[r].bernoulli_(1.0 - drop, seeded_generator(x.device(), key));
   }
-  const auto keep = at::stack(masks).to(x.device(), x.scalar_type()).mul_(1.0 / (1.0 - drop));
-  return x * keep;
+  return at::where(keep, x * (1.0 / (1.0 - drop)), 0.0);
 }
 
 torch::Tensor DecoderImpl::head_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
@@ -328,10 +344,15 @@ DecoderImpl::Layout DecoderImpl::block_causal_layout(const torch::Tensor& tokens
 
 torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens, const torch::Tensor& segments,
                                    const torch::Tensor& positions) {
-  return at::linear(hidden(tokens, segments, positions), output_weight());
+  return logits(hidden(tokens, segments, positions));
 }
 
-torch::Tensor DecoderImpl::output_weight() const { return compute(output_); }
+// A frozen output (or tied embedding) goes as stored: a cast copy of the [V, E] matrix would live until backward.
+torch::Tensor DecoderImpl::output_weight() const { return output_.requires_grad() ? compute(output_) : output_; }
+
+torch::Tensor DecoderImpl::logits(const torch::Tensor& hidden) const {
+  return output_.requires_grad() ? at::linear(hidden, compute(output_)) : frozen_linear(hidden, output_, {});
+}
 
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, const torch::Tensor& segments,
                                   const torch::Tensor& positions) {

@@ -8,7 +8,7 @@
 //
 //   shadowgrad::model::Decoder model(options);
 //   torch::Tensor logits = model->forward(tokens);   // tokens [B,T] int64 -> logits [B,T,V] in compute dtype
-//   torch::Tensor h = model->hidden(tokens);         // [B,T,E]; logits == at::linear(h, model->output_weight())
+//   torch::Tensor h = model->hidden(tokens);         // [B,T,E]; logits == model->logits(h)
 //   model->hidden(tokens, segments, positions);      // packed rows: attention only within a segment, RoPE at
 //                                                    // `positions` (both [B,T] int64)
 //
@@ -57,12 +57,15 @@ class DecoderImpl : public torch::nn::Module {
   // token i by positions[i] instead of i. Undefined: causal attention over positions 0..T-1.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& segments = {},
                         const torch::Tensor& positions = {});
-  // The final-normed hidden states [B,T,E] (compute dtype) and the output projection [V,E] (compute dtype):
-  // forward(tokens) == at::linear(hidden(tokens), output_weight()). The trainer feeds both to
-  // train::linear_token_loss_sum, which never builds fp32 logits for the whole microbatch.
+  // The final-normed hidden states [B,T,E] (compute dtype) and the output projection [V,E]: in the compute dtype, or
+  // when it is frozen (a LoRA base) the stored tensor itself, in weight_dtype, so that a bf16 base is never held again
+  // in fp32 (frozen_linear and train::linear_token_loss_sum cast it per use). forward(tokens) ==
+  // logits(hidden(tokens)) == at::linear(hidden(tokens), output_weight()) when the dtypes agree. The trainer feeds both
+  // to train::linear_token_loss_sum, which never builds fp32 logits for the whole microbatch.
   torch::Tensor hidden(const torch::Tensor& tokens, const torch::Tensor& segments = {},
                        const torch::Tensor& positions = {});
   torch::Tensor output_weight() const;
+  torch::Tensor logits(const torch::Tensor& hidden) const;
 
   // An empty cache for `batch` sequences of up to `capacity` positions (at most max_length, the RoPE tables' length).
   KvCache new_cache(int64_t batch, int64_t capacity) const;

@@ -44,7 +44,7 @@ torch::Tensor DecoderImpl::decode(const torch::Tensor& tokens, KvCache& cache) {
   }
   cache.length = start + T;
   // Only the last position reaches the vocabulary (RMSNorm is per position).
-  return at::linear(rms_norm(x.select(1, T - 1), final_norm_), output_weight());
+  return logits(rms_norm(x.select(1, T - 1), final_norm_));
 }
 
 torch::Tensor DecoderImpl::cached_attention(const Block& b, const torch::Tensor& x, KvCache& cache,

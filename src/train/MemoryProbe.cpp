@@ -71,6 +71,24 @@ int64_t activation_elements_per_token(const model::DecoderOptions& o) {
   }
 }
 
+// lora_dropout, per token: each targeted projection's mask, 1 byte an element, and its own dropped copy of its input
+// in the compute dtype, which the adapter's A keeps where without dropout it keeps the input itself (shared by q, k
+// and v, and by gate and up). Over the layers whose graph is held at once (one under remat_policy=full); the first
+// layer's q, k and v masks are not kept (its input, from the frozen embedding, needs no gradient).
+int64_t dropout_bytes_per_token(const model::DecoderOptions& o, int64_t compute_size) {
+  if (!o.lora.enabled() || o.lora.dropout <= 0) return 0;
+  using model::Projection;
+  const int64_t E = o.emb_dim, Q = sat_mul(o.num_query_heads, o.head_dim);
+  const int64_t qkv = o.lora.targets(Projection::q) + o.lora.targets(Projection::k) + o.lora.targets(Projection::v);
+  const int64_t gate_up = o.lora.targets(Projection::gate) + o.lora.targets(Projection::up);
+  const int64_t masks = sat_add(sat_add(sat_mul(qkv + gate_up, E), o.lora.targets(Projection::o) ? Q : 0),
+                                o.lora.targets(Projection::down) ? o.mlp_dim : 0);
+  const int64_t copies = sat_mul(std::max<int64_t>(qkv - 1, 0) + std::max<int64_t>(gate_up - 1, 0), E);
+  const int64_t layer = sat_add(sat_mul(copies, compute_size), masks);
+  if (o.remat == model::DecoderOptions::Remat::full) return layer;
+  return sat_mul(o.num_layers, layer) - sat_mul(qkv, E);
+}
+
 std::string describe_run(const config::Config& cfg, const model::DecoderOptions& o, const model::WeightCount& n) {
   const std::string shape = fmt::format("a {:.3g}-parameter model ({} layers of width {}, vocabulary {})",
                                         double(n.base), o.num_layers, o.emb_dim, o.vocab_size);
@@ -103,8 +121,9 @@ memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world
   if (o.hoist_weight_cast && o.compute_dtype != trained_dtype)
     f.weight_casts = sat_mul(trained - (lora ? 0 : n.never_cast), compute_size);
   const int64_t microbatch = cfg.per_device_batch_size == config::kAuto ? 1 : cfg.per_device_batch_size;
-  f.activations = sat_mul(sat_mul(sat_mul(microbatch, cfg.max_target_length), activation_elements_per_token(o)),
-                          compute_size);
+  f.activations = sat_mul(sat_mul(microbatch, cfg.max_target_length),
+                          sat_add(sat_mul(activation_elements_per_token(o), compute_size),
+                                  dropout_bytes_per_token(o, compute_size)));
   return f;
 }
 

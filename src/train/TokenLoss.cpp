@@ -69,7 +69,9 @@ at::Tensor cross_entropy_in_place(at::Tensor& logits, const at::Tensor& targets,
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& targets, int64_t rows, bool fused, bool per_row) {
-    auto logits = at::linear(hidden, weight);  // [N, V], compute dtype: the only [N, V] tensor kept
+    // A frozen weight may come in its stored dtype (a LoRA run's bf16 base under fp32 compute): it is cast here and
+    // again in backward, and only the stored tensor is kept, never a cast copy of the [V, E] matrix.
+    auto logits = at::linear(hidden, weight.to(hidden.scalar_type()));  // [N, V], compute dtype: the only [N, V] kept
     auto loss = cross_entropy_in_place(logits, targets.contiguous(), rows, fused, per_row);
     ctx->save_for_backward({hidden, weight});
     ctx->saved_data["grad_logits"] = logits;
@@ -87,7 +89,7 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     const auto g = grad_output[0].dim() == 0 ? grad_output[0]
                                              : grad_output[0].unsqueeze(1).to(grad_logits.scalar_type());
     // Scale the small [N, E] side, not the [V, E] or [N, V] one.
-    auto grad_hidden = at::matmul(grad_logits, weight).mul_(g);
+    auto grad_hidden = at::matmul(grad_logits, weight.to(grad_logits.scalar_type())).mul_(g);
     // A frozen output (a LoRA run's base) needs no [V, E] gradient: skip its matmul.
     auto grad_weight = ctx->needs_input_grad(1) ? at::matmul(grad_logits.t(), hidden.mul(g)) : at::Tensor();
     return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};

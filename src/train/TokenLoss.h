@@ -12,7 +12,8 @@ namespace shadowgrad::train {
 at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& targets);
 
 // The same loss from the final hidden states [N, T, E] and the output projection weight [V, E], both in the
-// compute dtype: logits = hidden @ weight^T. Equal to token_loss_sum(at::linear(hidden, weight), targets), but
+// compute dtype (a frozen weight may be in another: it is cast per use, and only the stored tensor is saved for
+// backward, as model::frozen_linear does): logits = hidden @ weight^T. Equal to token_loss_sum(at::linear(hidden, weight), targets), but
 // the fp32 [tokens x V] log-softmax is never materialised: the logits (compute dtype) are turned into their
 // own gradient in place during the forward pass, by a fused pass per row in fp32 math (`fused`; `rows` per thread
 // task), or by ATen's log_softmax and exp `rows` tokens at a time (not `fused`, and for float16); backward() is

@@ -13,9 +13,8 @@
 #include "distributed/DataParallel.h"
 #include "distributed/Environment.h"
 #include "hub/BaseRecord.h"
-#include "hub/HfConfig.h"
 #include "hub/Import.h"
-#include "hub/PeftAdapter.h"
+#include "hub/ModelWeights.h"
 #include "memory/MemoryMeter.h"
 #include "model/Decoder.h"
 #include "model/WeightCount.h"
@@ -74,23 +73,25 @@ std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c1
   return distributed::DataParallel::from_environment(distributed::DataParallelOptions::from_config(cfg), device);
 }
 
-// Weights from a Hugging Face directory (cfg's model keys were set from its config.json when the config was loaded).
-// A run with a checkpoint to resume skips it: the checkpoint overwrites every parameter. A LoRA run's checkpoint
-// holds only the adapters, so its frozen base is read again.
+// Weights from a Hugging Face directory (cfg's model keys were set from its config.json when the config was loaded)
+// and adapters from lora_restore_path (hub/ModelWeights.h). A run with a checkpoint to resume reads neither: the
+// checkpoint overwrites every parameter, with the optimizer's state (open_run). A LoRA run's checkpoint holds only the
+// adapters, so its frozen base is read again, from where the run recorded it.
 void load_pretrained(const config::Config& cfg, torch::nn::Module& model) {
-  const bool resumes = checkpoint::can_resume(cfg);
-  if (!cfg.load_parameters_path.empty() && resumes && cfg.lora_rank > 0) {
-    hub::load_recorded_base(cfg, checkpoint::run_dir_of(cfg), model);  // exit 2 naming the file if the base changed
+  hub::WeightSources sources;
+  if (!checkpoint::can_resume(cfg)) {
+    sources.base = cfg.load_parameters_path;
+    sources.adapter = cfg.lora_restore_path;
+  } else if (cfg.lora_rank > 0) {
+    sources = hub::run_weights(cfg, checkpoint::run_dir_of(cfg), -1);  // exit 2 naming the file if the base changed
+    sources.checkpoint.clear();                                        // open_run restores it
+  }
+  const hub::Loaded got = hub::load_model_weights(sources, cfg, model);
+  if (!got.base.empty() && !sources.recorded_by.empty())
     spdlog::info("frozen base read again from {}, as the run recorded it", cfg.load_parameters_path);
-  } else if (!cfg.load_parameters_path.empty() && !resumes) {
-    const auto hf = hub::read_hf_config(cfg.load_parameters_path + "/config.json");
-    hub::load_hf_weights(cfg.load_parameters_path, hf, model);
-    spdlog::info("weights from {} ({})", cfg.load_parameters_path, hf.family->architecture);
-  }
-  if (!cfg.lora_restore_path.empty() && !resumes) {
-    hub::load_adapter_weights(cfg.lora_restore_path, cfg, model);
-    spdlog::info("adapters from {}", cfg.lora_restore_path);
-  }
+  else if (!got.base.empty())
+    spdlog::info("weights from {} ({})", got.base, got.architecture);
+  if (!sources.adapter.empty()) spdlog::info("adapters from {}", sources.adapter);
 }
 
 // Threads, the allocator cache, and what the user should know about the compute dtype. Returns the thread count.
