@@ -140,7 +140,7 @@ TEST_CASE("LoRA: backward reaches every adapter, and no base tensor is trained b
   CHECK(full->named_parameters().find("layer1_w_down"));
 }
 
-TEST_CASE("LoRA on a tied model: the noise scale is measured (the tied embedding is frozen); a tied full fine-tune's "
+TEST_CASE("LoRA on a tied model: the noise scale is measured (the tied embedding is frozen), a tied full fine-tune's "
           "is not",
           "[lora][gns]") {
   auto cfg = tiny_config();
