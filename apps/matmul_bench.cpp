@@ -1,4 +1,5 @@
-// matmul_bench [--threads N] [--seconds S] [--model E,MLP,VOCAB,TOKENS,HEADS,HEAD_DIM]
+// matmul_bench [--threads N] [--seconds S] [--model E,MLP,VOCAB,TOKENS,HEADS,HEAD_DIM] [--shape M,N,K[,BATCH]]...
+//              [--dtypes bfloat16,float32]
 // Measures this machine's matmul throughput in GF/s (2*M*N*K flops per product), in bf16 and fp32, through the
 // same LibTorch ops the trainer uses (at::linear, at::matmul), at a large square size and at the model's own
 // shapes. It is the "limit" row of bench/bench.sh. Cost: about 2 x (shapes) x S seconds.
@@ -19,10 +20,13 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: matmul_bench [--threads N] [--seconds S] [--model E,MLP,VOCAB,TOKENS,HEADS,HEAD_DIM] | --help\n"
+    "usage: matmul_bench [--threads N] [--seconds S] [--model E,MLP,VOCAB,TOKENS,HEADS,HEAD_DIM]\n"
+    "                    [--shape M,N,K[,BATCH]]... [--dtypes bfloat16,float32] | --help\n"
     "Times at::linear / batched at::matmul in bf16 and fp32 at 2048^3 and at the model's shapes (default: the seed\n"
     "model 512,2048,32000,512,8,64); prints one tab-separated line per measurement: name, M, N, K, batch, dtype, GF/s.\n"
-    "Cost: about 2 x (shapes) x S seconds (S default 1).\n";
+    "--shape (repeatable) times only the shapes given: [M,K] x [K,N] as at::linear (a weight [N,K]), or BATCH of\n"
+    "them as a batched at::matmul. --dtypes picks the dtypes (default both).\n"
+    "Cost: about (dtypes) x (shapes) x S seconds (S default 1).\n";
 
 struct Shape {
   std::string name;
@@ -74,6 +78,8 @@ int main(int argc, char** argv) {
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   double seconds = 1.0;
   int64_t emb = 512, mlp = 2048, vocab = 32000, tokens = 512, heads = 8, head_dim = 64;
+  std::vector<Shape> asked;
+  std::vector<c10::ScalarType> dtypes = {at::kBFloat16, at::kFloat};
   for (int i = 1; i < argc; i += 2) {
     const std::string key = argv[i];
     if (key == "-h" || key == "--help") {
@@ -90,6 +96,28 @@ int main(int argc, char** argv) {
       if (std::sscanf(argv[i + 1], "%ld,%ld,%ld,%ld,%ld,%ld", &emb, &mlp, &vocab, &tokens, &heads, &head_dim) != 6) {
         std::fprintf(stderr, "error: --model wants E,MLP,VOCAB,TOKENS,HEADS,HEAD_DIM, got '%s'\n", argv[i + 1]);
         return 2;
+      }
+    } else if (key == "--shape") {
+      Shape s{"shape", 0, 0, 0, 0};
+      const int got = std::sscanf(argv[i + 1], "%ld,%ld,%ld,%ld", &s.m, &s.n, &s.k, &s.batch);
+      if (got < 3 || s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch < 0) {
+        std::fprintf(stderr, "error: --shape wants M,N,K or M,N,K,BATCH (positive), got '%s'\n", argv[i + 1]);
+        return 2;
+      }
+      asked.push_back(s);
+    } else if (key == "--dtypes") {
+      dtypes.clear();
+      std::string list = argv[i + 1];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        const std::string name = list.substr(at, end - at);
+        if (name == "bfloat16") dtypes.push_back(at::kBFloat16);
+        else if (name == "float32") dtypes.push_back(at::kFloat);
+        else {
+          std::fprintf(stderr, "error: --dtypes wants bfloat16 and/or float32, got '%s'\n", name.c_str());
+          return 2;
+        }
+        at = end + 1;
       }
     } else {
       std::fprintf(stderr, "error: unknown option '%s'\n%s", argv[i], kUsage);
@@ -109,9 +137,10 @@ int main(int argc, char** argv) {
       {"attn scores", tokens, tokens, head_dim, heads},
       {"attn values", tokens, head_dim, tokens, heads},
   };
+  if (!asked.empty()) shapes = asked;
   std::printf("# threads=%d OPENBLAS_CORETYPE=%s\n", at::get_num_threads(),
               std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)");
-  for (auto dtype : {at::kBFloat16, at::kFloat})
+  for (auto dtype : dtypes)
     for (const auto& s : shapes)
       std::printf("%s\t%ld\t%ld\t%ld\t%ld\t%s\t%.1f\n", s.name.c_str(), s.m, s.n, s.k, s.batch,
                   dtype == at::kBFloat16 ? "bfloat16" : "float32", gflops(s, dtype, seconds));

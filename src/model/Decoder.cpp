@@ -176,8 +176,30 @@ torch::Tensor* DecoderImpl::find_weight(const std::string& name) {
   return named_buffers(/*recurse=*/false).find(name);
 }
 
+bool DecoderImpl::adapted(const Block& b, Projection p) const {
+  return b.lora[int(p)].a.defined() && !b.weight(p).requires_grad() && (options_.lora.dropout <= 0 || !is_training());
+}
+
+std::vector<torch::Tensor> DecoderImpl::project(const Block& b, std::initializer_list<Projection> ps,
+                                                const torch::Tensor& x) const {
+  const bool biased = b.bias(*ps.begin()).defined();
+  const bool fused = std::all_of(ps.begin(), ps.end(),
+                                 [&](Projection p) { return adapted(b, p) && b.bias(p).defined() == biased; });
+  std::vector<torch::Tensor> out;
+  if (!fused) {
+    for (Projection p : ps) out.push_back(project(b, p, x));
+    return out;
+  }
+  // The adapters in the compute dtype: compute() casts each once per step (hoist_weight_cast), fp32 ones not at all.
+  std::vector<AdaptedProjection> adapters;
+  for (Projection p : ps)
+    adapters.push_back({b.weight(p), b.bias(p), compute(b.lora[int(p)].a), compute(b.lora[int(p)].b)});
+  return adapted_linear(x, adapters, options_.lora.scale);
+}
+
 torch::Tensor DecoderImpl::project(const Block& b, Projection p, const torch::Tensor& x) const {
   const torch::Tensor &weight = b.weight(p), &bias = b.bias(p);
+  if (adapted(b, p)) return project(b, {p}, x)[0];
   torch::Tensor y = !weight.requires_grad() ? frozen_linear(x, weight, bias)
                     : bias.defined()        ? at::linear(x, compute(weight), compute(bias))
                                             : at::linear(x, compute(weight));
@@ -245,9 +267,9 @@ DecoderImpl::Heads DecoderImpl::heads(const Block& b, const torch::Tensor& x) {
   const auto& o = options_;
   const int64_t B = x.size(0), T = x.size(1), G = o.num_kv_heads;
   auto h = block_norm(x, b.attn_norm);
-  return {head_norm(project(b, Projection::q, h).view({B, T, o.num_query_heads, o.head_dim}), b.q_norm),
-          head_norm(project(b, Projection::k, h).view({B, T, G, o.head_dim}), b.k_norm),
-          project(b, Projection::v, h).view({B, T, G, o.head_dim})};
+  auto qkv = project(b, {Projection::q, Projection::k, Projection::v}, h);
+  return {head_norm(qkv[0].view({B, T, o.num_query_heads, o.head_dim}), b.q_norm),
+          head_norm(qkv[1].view({B, T, G, o.head_dim}), b.k_norm), qkv[2].view({B, T, G, o.head_dim})};
 }
 
 torch::Tensor DecoderImpl::attention(const Block& b, const torch::Tensor& x, const Layout& layout) {
@@ -309,7 +331,8 @@ torch::Tensor DecoderImpl::attention_core(const torch::Tensor& q_proj, const tor
 
 torch::Tensor DecoderImpl::mlp(const Block& b, const torch::Tensor& x) {
   auto h = block_norm(x, b.mlp_norm);
-  auto gate = project(b, Projection::gate, h), up = project(b, Projection::up, h);
+  auto gate_up = project(b, {Projection::gate, Projection::up}, h);
+  const auto &gate = gate_up[0], &up = gate_up[1];
   // silu(gate) * up in one fused node (model/SwiGluFunction.h). It keeps only gate and up for backward, as
   // remat_policy=minimal's rematerialisation of the op chain does, so every policy runs it plainly.
   auto gated = options_.fused_kernels ? swiglu(gate, up)

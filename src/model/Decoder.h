@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -152,6 +153,11 @@ class DecoderImpl : public torch::nn::Module {
   // Projection p of block b: at::linear(x, weight, bias) in the compute dtype (a frozen weight through
   // frozen_linear), plus the LoRA branch where p has one.
   torch::Tensor project(const Block& b, Projection p, const torch::Tensor& x) const;
+  // The projections ps of one input x (q, k, v; gate, up): where each is a frozen base with an adapter and no
+  // dropout applies, one adapted_linear node (model/FrozenLinear.h) computes them all; otherwise each alone.
+  std::vector<torch::Tensor> project(const Block& b, std::initializer_list<Projection> ps, const torch::Tensor& x) const;
+  // Whether projection p goes through adapted_linear: a frozen base with an adapter, no dropout on its input.
+  bool adapted(const Block& b, Projection p) const;
   torch::Tensor lora_input(const torch::Tensor& x, int64_t layer, Projection p) const;  // dropout(x) while training
   // The per-head q/k RMSNorm (qk_norm) of a projection [B,T,heads,D]; the projection itself without it.
   torch::Tensor head_norm(const torch::Tensor& x, const torch::Tensor& weight) const;

@@ -1,13 +1,12 @@
 #pragma once
 // Records LibTorch's per-op profile of a window of optimizer steps into a chrome://tracing file
-// (config key profiler=trace). bench/trace_summary.py turns the file into a per-op table.
+// (config key profiler=trace), each op with its input shapes ("args": {"shapes": [[M,K],[K,N]]}).
+// bench/trace_summary.py turns the file into a per-op table; bench/step_budget.py into a step-time budget.
+//
+//   StepProfiler profiler(run_dir + "/profile.trace.json", /*first=*/1, /*count=*/1);
+//   for (...) { profiler.before_step(s); run_step(s); profiler.after_step(s); }
 #include <cstdint>
-#include <memory>
 #include <string>
-
-namespace torch::autograd::profiler {
-struct RecordProfile;
-}
 
 namespace shadowgrad::train {
 
@@ -24,9 +23,11 @@ class StepProfiler {
   void after_step(int64_t step);
 
  private:
+  void finish();
+
   std::string path_;
   int64_t first_, count_;
-  std::unique_ptr<torch::autograd::profiler::RecordProfile> recording_;
+  bool recording_ = false;
 };
 
 } // namespace shadowgrad::train

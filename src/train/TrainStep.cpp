@@ -5,6 +5,7 @@
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
@@ -309,6 +310,7 @@ StepStats TrainStep::run(int64_t step, const StepBatch& batch) {
   static_cast<FoldNumerics&>(s) = sums;
   s.preference = sums.preference;
   auto mark = Clock::now();
+  RECORD_FUNCTION("shadowgrad::clip_and_update", std::vector<c10::IValue>());  // a row in profiler=trace
   if (noise_ && std::isfinite(sums.loss)) {
     s.noise = noise_->update(sums.noise.folded_sq, sums.noise.micro_tokens, sums.noise.big_sq, sums.tokens);
     s.grad_sq_norm_global_fp32 = sums.noise.big_sq_fp32;
