@@ -45,7 +45,10 @@ struct AdaptedLinearFunction : torch::autograd::Function<AdaptedLinearFunction> 
       shape.back() = y.size(1);
       out.push_back(y.view(shape));
     }
-    variable_list saved = {x2, u, a};
+    // The A's themselves, not their stacked copy: backward stacks them again (parameter-sized), so the graph holds
+    // nothing per group beyond x and u (what the memory footprint counts).
+    variable_list saved = {x2, u};
+    for (int64_t i = 0; i < n; ++i) saved.push_back(in[1 + n + i]);      // the A's
     for (int64_t i = 0; i < n; ++i) saved.push_back(in[1 + 2 * n + i]);  // the B's
     ctx->save_for_backward(saved);
     std::vector<at::Tensor> weights(in.begin() + 1, in.begin() + 1 + n);  // the stored tensors themselves: no copy
@@ -59,15 +62,16 @@ struct AdaptedLinearFunction : torch::autograd::Function<AdaptedLinearFunction> 
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x2 = saved[0], &u = saved[1], &a = saved[2];
+    const at::Tensor &x2 = saved[0], &u = saved[1];
     const auto weights = ctx->saved_data["weights"].toTensorVector();
-    const int64_t n = ctx->saved_data["n"].toInt(), r = a.size(0) / n;
+    const int64_t n = ctx->saved_data["n"].toInt(), r = saved[2].size(0);
+    const at::Tensor a = n > 1 ? at::cat(std::vector<at::Tensor>(saved.begin() + 2, saved.begin() + 2 + n), 0) : saved[2];
     const bool biased = ctx->saved_data["biased"].toBool();
     const double scale = ctx->saved_data["scale"].toDouble();
     const auto dtype = x2.scalar_type();
     std::vector<at::Tensor> dy(n), du(n);
     for (int64_t i = 0; i < n; ++i) {
-      const at::Tensor& b = saved[3 + i];
+      const at::Tensor& b = saved[2 + n + i];
       dy[i] = grads[i].defined() ? grads[i].reshape({-1, grads[i].size(-1)})
                                  : at::zeros({x2.size(0), b.size(0)}, x2.options());
       du[i] = at::mm(dy[i], b).mul_(scale);  // d(x A^T) = scale dy B, [N, r]
