@@ -45,22 +45,9 @@ done
 pref=(dataset_type=preference use_dpo=true "dataset_path=$tmp/train.pairs" "eval_dataset_path=$tmp/val.pairs"
       eval_interval=3 max_target_length=16 dpo_beta=0.5 dpo_nll_weight=0.3 opt_type=sgd learning_rate=0.5)
 
-run() {  # run NAME NPROC STEPS key=value...: NPROC=0 is the trainer alone
-  local name=$1 n=$2 steps=$3 rc=0
-  shift 3
-  if ((n == 0)); then
-    "$TRAINER" "${tiny[@]}" "${pref[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 || rc=$?
-  else
-    ranks "$n" "${tiny[@]}" "${pref[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 || rc=$?
-  fi
-  ((rc == 0)) || { cat "$tmp/$name.log" >&2; fail "run $name ($n processes) exited $rc"; }
-}
-close() {  # close A B METRIC RTOL
-  local out rc=0
-  out=$("$compare" "$runs/$1" "$runs/$2" --metric "$3" --rtol "$4") || rc=$?
-  echo "$out" | tail -1
-  ((rc == 0)) || { echo "$out" >&2; fail "$1 vs $2: $3 differs beyond $4"; }
-}
+case_keys=("${pref[@]}")
+run() { run_case "$@"; }
+close() { close_runs "$@"; }
 
 for packing in true false; do
   echo "== packing=$packing: 2 processes K=2 and 1 process K=4 against one batch (8 pairs)"

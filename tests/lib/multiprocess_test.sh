@@ -3,7 +3,7 @@
 # with the test's own arguments TRAINER COMPARE_RUNS. Sets repo, TRAINER (exported, for scripts/launch.sh),
 # compare, launch, tmp (scratch, kept on failure), runs, started (pids that cleanup kills at exit), tiny (the
 # 2-layer, 32-wide model every run trains), and defines fail MESSAGE, trainer_pid ROOT [RANK], free_port and
-# ranks N ARGS (N trainers started by hand).
+# ranks N ARGS (N trainers started by hand), run_case and close_runs.
 test_name=$1
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export TRAINER=${2:-$repo/build/trainer}
@@ -65,4 +65,24 @@ ranks() {
     ((first)) || first=$code
   done
   return "$first"
+}
+
+# run_case NAME NPROC STEPS key=value...: one run of the tiny model with the test's own keys ("${case_keys[@]}", set by
+# the test), by the trainer alone (NPROC=0) or on NPROC ranks; its output goes to $tmp/NAME.log, a failure ends the test.
+run_case() {
+  local name=$1 n=$2 steps=$3 rc=0
+  shift 3
+  if ((n == 0)); then
+    "$TRAINER" "${tiny[@]}" "${case_keys[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 || rc=$?
+  else
+    ranks "$n" "${tiny[@]}" "${case_keys[@]}" steps="$steps" run_name="$name" "$@" >>"$tmp/$name.log" 2>&1 || rc=$?
+  fi
+  ((rc == 0)) || { cat "$tmp/$name.log" >&2; fail "run $name ($n processes) exited $rc"; }
+}
+# close_runs A B METRIC RTOL: compare_runs on one metric of two runs, its verdict printed; a miss ends the test.
+close_runs() {
+  local out rc=0
+  out=$("$compare" "$runs/$1" "$runs/$2" --metric "$3" --rtol "$4") || rc=$?
+  echo "$out" | tail -1
+  ((rc == 0)) || { echo "$out" >&2; fail "$1 vs $2: $3 differs beyond $4"; }
 }
