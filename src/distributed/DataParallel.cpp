@@ -59,6 +59,13 @@ double DataParallel::global_sum(double local) {
   return t.item<double>();
 }
 
+std::vector<double> DataParallel::global_sums(const std::vector<double>& local) {
+  at::Tensor t = at::tensor(local, at::kDouble).to(comm_->device());
+  comm_->all_reduce_sum_(t);
+  t = t.cpu().contiguous();
+  return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
+}
+
 void DataParallel::before_backward(accumulate::ShadowAccumulator& acc, bool last) {
   if (!overlap_enabled_) return;
   if (!overlap_ || !overlap_->serves(acc)) {

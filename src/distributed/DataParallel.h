@@ -48,6 +48,8 @@ class DataParallel {
   // The sum over all processes (one all_reduce each).
   int64_t global_tokens(int64_t local_tokens);
   double global_sum(double local);
+  // Several sums in one all-reduce (fp64, in order).
+  std::vector<double> global_sums(const std::vector<double>& local);
 
   // With overlap: before each microbatch's backward (`last`: the step's last one). A no-op without overlap.
   void before_backward(accumulate::ShadowAccumulator& acc, bool last);

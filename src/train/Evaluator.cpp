@@ -107,12 +107,7 @@ double Evaluator::run_pairs(model::Decoder& model, c10::Device device, distribut
     const AnswerScores scores = answer_scores(model, batch, device, loss_chunk_tokens_, fused_kernels_);
     preference_objective(scores, batch.reference, preference_, 1.0, 1.0, sums);  // sums only: no backward here
   }
-  if (dp) {  // one all-reduce of the sums per evaluation
-    at::Tensor all = at::tensor(sums.values(), at::kDouble).to(dp->communicator().device());
-    dp->communicator().all_reduce_sum_(all);
-    all = all.cpu().contiguous();
-    sums = PreferenceSums::from_values(std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel()));
-  }
+  if (dp) sums = PreferenceSums::from_values(dp->global_sums(sums.values()));  // one all-reduce per evaluation
   last_preference_ = sums;
   return sums.objective(preference_.nll_weight);
 }

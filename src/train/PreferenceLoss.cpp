@@ -15,12 +15,10 @@ PreferenceOptions PreferenceOptions::from_config(const config::Config& c) {
 }
 
 void PreferenceSums::add(const PreferenceSums& o) {
-  const auto v = o.values();
-  *this = from_values([&] {
-    auto mine = values();
-    for (size_t i = 0; i < mine.size(); ++i) mine[i] += v[i];
-    return mine;
-  }());
+  auto mine = values();
+  const auto theirs = o.values();
+  for (size_t i = 0; i < mine.size(); ++i) mine[i] += theirs[i];
+  *this = from_values(mine);
 }
 
 std::vector<double> PreferenceSums::values() const {

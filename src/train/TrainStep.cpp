@@ -189,7 +189,7 @@ Accumulated TrainStep::accumulate_pairs(int64_t step, const StepBatch& plan) {
   const int64_t local = micro_batch_ * micro_steps_;
   const int64_t first = plan.first_sequence + (dp_ ? dp_->rank() * local : 0);
   std::vector<data::PairBatch> micro;
-  double counts[4] = {0, 0, 0, 0};  // chosen answer tokens, target tokens, real input tokens, row positions
+  std::vector<double> counts(4, 0.0);  // chosen answer tokens, target tokens, real input tokens, row positions
   for (int64_t m = 0; m < micro_steps_; ++m) {
     micro.push_back(pairs_->pairs(first + m * micro_batch_, micro_batch_));
     const data::PairBatch& b = micro.back();
@@ -198,12 +198,7 @@ Accumulated TrainStep::accumulate_pairs(int64_t step, const StepBatch& plan) {
     counts[2] += double(b.rows.real_tokens());
     counts[3] += double(b.rows.tokens.numel());
   }
-  if (dp_) {
-    at::Tensor all = at::tensor(std::vector<double>(counts, counts + 4), at::kDouble).to(dp_->communicator().device());
-    dp_->communicator().all_reduce_sum_(all);
-    all = all.cpu();
-    for (int i = 0; i < 4; ++i) counts[i] = all[i].item<double>();
-  }
+  if (dp_) counts = dp_->global_sums(counts);
   sums.tokens = int64_t(counts[1]);
   sums.input_tokens = int64_t(counts[2]);
   sums.row_positions = int64_t(counts[3]);
@@ -227,10 +222,7 @@ Accumulated TrainStep::accumulate_pairs(int64_t step, const StepBatch& plan) {
   end_folds(step, sums);
   if (dp_) {
     dp_->reduce_gradients(*accumulator_, at::Tensor());  // the one reduction of the step
-    at::Tensor all = at::tensor(pref.values(), at::kDouble).to(dp_->communicator().device());
-    dp_->communicator().all_reduce_sum_(all);
-    all = all.cpu().contiguous();
-    pref = PreferenceSums::from_values(std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel()));
+    pref = PreferenceSums::from_values(dp_->global_sums(pref.values()));
   }
   sums.loss = poisoned ? std::numeric_limits<double>::quiet_NaN() : pref.objective(options_.preference.nll_weight);
   sums.preference = pref;
