@@ -30,16 +30,24 @@ void add_rows_nearest(at::Tensor& t, const at::Tensor& rows, const at::Tensor& s
 
 } // namespace
 
-void ShadowState::fold_now(size_t i, const at::Tensor& grad) {
+void ShadowState::hand_to_sink(size_t i, const at::Tensor& grad) {
+  RECORD_FUNCTION("shadowgrad::fold", std::vector<c10::IValue>());
+  Timer timer{*this};
+  if (measure) add_micro(i, squared_norm(grad));  // this process's microbatch, before the reduction
+  sink(i, grad);
+}
+
+void ShadowState::fold_now(size_t i, const at::Tensor& grad, bool reduced) {
   if (!reference.empty()) mixed_add_(reference[i], grad);  // outside the timer: a diagnostic, not the fold
   RECORD_FUNCTION("shadowgrad::fold", std::vector<c10::IValue>());  // a row of its own in profiler=trace
-  Timer timer{*this};
+  Timer timer{*this, !reduced};
+  const bool measure = this->measure && !reduced;
   const bool overwrite = stale[i];
   stale[i] = 0;
   double sq = 0;
   bool measured = false;  // by the fused loop
   if (on_cuda) {
-    cuda_fold_(shadows[i], grad, cuda_options(i, overwrite), tally);  // the norm is tallied on the device
+    cuda_fold_(shadows[i], grad, cuda_options(i, overwrite, measure), tally);  // the norm is tallied on the device
     loss.elements += grad_dtype == c10::kHalf ? grad.numel() : 0;
     return;
   }
@@ -69,6 +77,13 @@ void ShadowState::fold_rows_now(size_t i, const at::Tensor& index, const at::Ten
   auto [unique, inverse] = at::_unique(index, /*sorted=*/true, /*return_inverse=*/true);
   auto sums = at::zeros({unique.size(0), rows.size(-1)}, rows.options().dtype(at::kFloat))
                   .index_add_(0, inverse, rows.reshape({-1, rows.size(-1)}).to(at::kFloat));
+  if (sink) {  // the sink reduces dense gradients: the rows' sums placed in a zero tensor of the parameter's shape
+    RECORD_FUNCTION("shadowgrad::fold", std::vector<c10::IValue>());
+    Timer timer{*this};
+    if (measure) add_micro(i, squared_norm(sums));
+    sink(i, at::zeros(params[i].sizes(), sums.options()).index_copy_(0, unique, sums));
+    return;
+  }
   if (!reference.empty()) add_rows_nearest(reference[i], unique, sums);
   RECORD_FUNCTION("shadowgrad::fold", std::vector<c10::IValue>());
   Timer timer{*this};
@@ -77,7 +92,7 @@ void ShadowState::fold_rows_now(size_t i, const at::Tensor& index, const at::Ten
     stale[i] = 0;
   }
   if (on_cuda) {
-    cuda_fold_rows_(shadows[i], unique, sums, cuda_options(i, false), tally);
+    cuda_fold_rows_(shadows[i], unique, sums, cuda_options(i, false, measure), tally);
     loss.elements += grad_dtype == c10::kHalf ? sums.numel() : 0;
     return;
   }
@@ -88,7 +103,7 @@ void ShadowState::fold_rows_now(size_t i, const at::Tensor& index, const at::Ten
   if (measure) add_micro(i, squared_norm(sums));  // duplicates already summed: the rows' contribution
 }
 
-CudaFoldOptions ShadowState::cuda_options(size_t i, bool overwrite) {
+CudaFoldOptions ShadowState::cuda_options(size_t i, bool overwrite, bool measure) {
   CudaFoldOptions o;
   o.overwrite = overwrite;
   o.stochastic = rounding == Rounding::kStochastic && grad_dtype != c10::kFloat;
@@ -132,8 +147,13 @@ void ShadowState::close_reference() {
 }
 
 ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10::ScalarType grad_dtype)
+    : ShadowAccumulator(params, grad_dtype, {}) {}
+
+ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10::ScalarType grad_dtype,
+                                     const std::vector<ShadowRange>& ranges)
     : state_(std::make_shared<ShadowState>()) {
   auto& s = *state_;
+  s.pieces = !ranges.empty();
   s.grad_dtype = grad_dtype;
   static std::atomic<uint64_t> serials{0};
   s.serial = ++serials;
@@ -141,10 +161,19 @@ ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10:
     if (!p.requires_grad()) continue;
     if (!p.is_leaf()) throw std::invalid_argument("ShadowAccumulator: parameters must be leaf tensors");
     s.index_of[p.unsafeGetTensorImpl()] = s.params.size();
-    s.params.push_back(p);
     // Allocated once and reused every step.
-    s.shadows.push_back(at::zeros_like(p, p.options().dtype(grad_dtype)));
+    if (!s.pieces) {
+      s.shadows.push_back(at::zeros_like(p, p.options().dtype(grad_dtype)));
+    } else {
+      const ShadowRange r = s.params.size() < ranges.size() ? ranges[s.params.size()] : ShadowRange{-1, -1};
+      if (r.offset < 0 || r.numel < 0 || r.offset + r.numel > p.numel())
+        throw std::invalid_argument("ShadowAccumulator: one range per trainable parameter, inside it");
+      s.shadows.push_back(at::zeros({r.numel}, p.options().dtype(grad_dtype)));
+    }
+    s.params.push_back(p);
   }
+  if (s.pieces && ranges.size() != s.params.size())
+    throw std::invalid_argument("ShadowAccumulator: one range per trainable parameter");
   s.stale.assign(s.shadows.size(), 0);
   s.on_cuda = cuda_fold_built() && !s.shadows.empty();
   for (const auto& t : s.shadows) {
@@ -196,9 +225,9 @@ void ShadowAccumulator::begin(int64_t window, bool with_reference) {
   s.reference.clear();
   if (!with_reference) return;
   int64_t bytes = 0;
-  for (const auto& p : s.params) {
-    s.reference.push_back(at::zeros_like(p, p.options().dtype(at::kFloat)));
-    bytes += p.numel() * int64_t(sizeof(float));
+  for (const auto& t : s.shadows) {  // shaped as the shadows: whole parameters, or this process's pieces
+    s.reference.push_back(at::zeros_like(t, t.options().dtype(at::kFloat)));
+    bytes += t.numel() * int64_t(sizeof(float));
   }
   s.reference_bytes_high = std::max(s.reference_bytes_high, bytes);
 }
@@ -229,6 +258,22 @@ RoundingLoss ShadowAccumulator::rounding_loss() const { return state_->loss; }
 void ShadowAccumulator::set_fold_observer(std::function<void(size_t)> observer) {
   state_->observer = std::move(observer);
 }
+void ShadowAccumulator::set_fold_sink(std::function<void(size_t, const at::Tensor&)> sink) {
+  if (sink && !state_->pieces)
+    throw std::logic_error("ShadowAccumulator::set_fold_sink: only an accumulator built with ranges hands its folds on");
+  state_->sink = std::move(sink);
+}
+void ShadowAccumulator::fold_piece(size_t param, const at::Tensor& piece) {
+  auto& s = *state_;
+  if (piece.numel() != s.shadows.at(param).numel())
+    throw std::invalid_argument("ShadowAccumulator::fold_piece: the piece is not the shadow's length");
+  if (!s.open) throw std::logic_error("ShadowAccumulator::fold_piece: outside begin()/end()");
+  s.fold_reduced(param, piece);
+}
+void ShadowAccumulator::set_norm_reducer(std::function<double(double)> reducer) {
+  state_->norm_reducer = std::move(reducer);
+}
+bool ShadowAccumulator::holds_pieces() const { return state_->pieces; }
 void ShadowAccumulator::set_measure_sq_norms(bool on) { state_->measure = on; }
 bool ShadowAccumulator::measures_sq_norms() const { return state_->measure; }
 const std::vector<double>& ShadowAccumulator::microbatch_sq_norms() const { return state_->micro_sq; }
@@ -237,12 +282,13 @@ double ShadowAccumulator::squared_norm() const {
   state_->settle();
   double total = 0;
   for (const auto& s : state_->shadows) total += accumulate::squared_norm(s);
-  return total;
+  return state_->norm_reducer ? state_->norm_reducer(total) : total;
 }
 
 double ShadowAccumulator::global_norm() const {
   state_->settle();
   const auto& shadows = state_->shadows;
+  if (state_->norm_reducer) return std::sqrt(squared_norm());  // pieces: every process's squares summed
   if (!shadows.empty() && std::all_of(shadows.begin(), shadows.end(), [](const at::Tensor& s) {
         return s.scalar_type() == at::kBFloat16 && s.device().is_cpu();
       })) {
@@ -271,6 +317,9 @@ double ShadowAccumulator::clip_global_norm_(double max_norm) {
 
 void ShadowAccumulator::step(torch::optim::Optimizer& optimizer) {
   auto& s = *state_;
+  if (s.pieces)
+    throw std::logic_error("ShadowAccumulator::step: the shadows are this process's pieces; the sharded optimizer "
+                           "(distributed/ShardedOptimizer.h) steps them");
   s.settle();
   for (size_t i = 0; i < s.params.size(); ++i) s.params[i].mutable_grad() = s.shadows[i];
   optimizer.step();

@@ -32,10 +32,22 @@ struct ShadowState;
 enum class Rounding : int;  // accumulate/StochasticRounding.h
 struct RoundingLoss;
 
+// The part of a parameter (flattened) that a process's shadow holds under sharded gradients.
+struct ShadowRange {
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+
 class ShadowAccumulator {
  public:
   // `params`: the trainable parameters (those without requires_grad are ignored).
   ShadowAccumulator(const std::vector<at::Tensor>& params, c10::ScalarType grad_dtype);
+  // Sharded gradients (shard_gradients_over_data, docs/distributed.md): one range per trainable parameter; each
+  // shadow is then the 1-D piece `ranges[i]` of its parameter (possibly empty), and every gradient autograd produces
+  // goes whole to the fold sink, which reduces it over the processes and folds this process's pieces back with
+  // fold_piece(). Without a sink nothing is folded. An empty `ranges` is the constructor above.
+  ShadowAccumulator(const std::vector<at::Tensor>& params, c10::ScalarType grad_dtype,
+                    const std::vector<ShadowRange>& ranges);
   ~ShadowAccumulator();
   ShadowAccumulator(const ShadowAccumulator&) = delete;
   ShadowAccumulator& operator=(const ShadowAccumulator&) = delete;
@@ -77,6 +89,16 @@ class ShadowAccumulator {
   // ran the fold (autograd's): e.g. to start a bucket's reduction once its parameters are complete
   // (distributed/OverlappedReduce.h). An empty function removes it.
   void set_fold_observer(std::function<void(size_t)> observer);
+  // Built with ranges: receives each gradient whole (any float dtype; the embedding's rows as a dense tensor), with
+  // the parameter's position, on autograd's thread, after microbatch_sq_norms() took its norm.
+  void set_fold_sink(std::function<void(size_t param, const at::Tensor& grad)> sink);
+  // Folds the reduced `piece` (the sum over processes of this range of a microbatch's gradient, 1-D, the shadow's
+  // length) into shadows()[param]: fp32 math rounded once, as fold does. Inside begin()/end() only.
+  void fold_piece(size_t param, const at::Tensor& piece);
+  bool holds_pieces() const;
+  // squared_norm() and global_norm() return reducer(local sum of squares) when set: every process's pieces' sum.
+  // Every process must then call them together (it is a collective).
+  void set_norm_reducer(std::function<double(double)> reducer);
 
   // The big batch: the squared L2 norm of the shadow tree, computed as microbatch_sq_norms() are.
   double squared_norm() const;

@@ -72,7 +72,7 @@ struct ShadowState {
   bool on_cpu = true;
   bool on_cuda = false;  // every shadow on CUDA, and the build has the CUDA fold
   CudaTally tally;
-  CudaFoldOptions cuda_options(size_t i, bool overwrite);
+  CudaFoldOptions cuda_options(size_t i, bool overwrite, bool measure);
   // end(): the device tallies into micro_sq and loss (the window's one wait for the GPU).
   void read_tally();
   uint64_t next_key(size_t i) {
@@ -80,8 +80,10 @@ struct ShadowState {
   }
 
   // shadows[i] += grad, computed in fp32 and rounded once into grad_dtype. `grad` may be in any float dtype.
+  // With a sink (the shadows are pieces) the gradient is measured and handed to it instead.
   void fold(size_t i, const at::Tensor& grad) {
-    fold_now(i, grad);
+    if (sink) return hand_to_sink(i, grad);
+    fold_now(i, grad, /*reduced=*/false);
     if (observer) observer(i);
   }
   // shadows[i][index[r]] += rows[r] for every r: duplicates are summed in fp32 first (in index order, as a
@@ -90,20 +92,30 @@ struct ShadowState {
     fold_rows_now(i, index, rows);
     if (observer) observer(i);
   }
+  // A reduced piece of parameter i's gradient (ShadowAccumulator::fold_piece): folded as above, neither measured nor
+  // counted again (the sink's hand-over was).
+  void fold_reduced(size_t i, const at::Tensor& piece) { fold_now(i, piece, /*reduced=*/true); }
   std::function<void(size_t)> observer;  // ShadowAccumulator::set_fold_observer
+  // ShadowAccumulator(params, dtype, ranges): each shadow is the 1-D piece of its parameter that this process owns;
+  // every gradient goes to `sink` whole, which folds the reduced pieces back through fold_reduced.
+  bool pieces = false;
+  std::function<void(size_t, const at::Tensor&)> sink;
+  std::function<double(double)> norm_reducer;  // the sum of every process's squared norm
   void mark_all_stale() { stale.assign(shadows.size(), 1); }
   void settle();
   // Ends a measured window: the relative error of the shadow tree against the reference, then frees it.
   void close_reference();
 
  private:
-  void fold_now(size_t i, const at::Tensor& grad);
+  void fold_now(size_t i, const at::Tensor& grad, bool reduced);
+  void hand_to_sink(size_t i, const at::Tensor& grad);
   void fold_rows_now(size_t i, const at::Tensor& index, const at::Tensor& rows);
   struct Timer {
     ShadowState& s;
+    bool count = true;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     ~Timer() {
-      ++s.folds;
+      s.folds += count ? 1 : 0;
       s.fold_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   };

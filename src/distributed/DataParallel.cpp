@@ -14,6 +14,8 @@
 #include "distributed/Communicator.h"
 #include "distributed/Environment.h"
 #include "distributed/OverlappedReduce.h"
+#include "distributed/ShardPlan.h"
+#include "distributed/ShardedFold.h"
 #include "util/Hash.h"
 
 namespace shadowgrad::distributed {
@@ -40,7 +42,8 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, const DataParalle
       bucket_bytes_(std::max<int64_t>(1, std::llround(options.bucket_mb * double(1 << 20)))),
       shard_optimizer_(options.shard_optimizer),
       config_hash_(options.config_hash),
-      overlap_enabled_(options.overlap) {}
+      overlap_enabled_(options.overlap),
+      shard_gradients_(options.shard_gradients) {}
 
 DataParallel::~DataParallel() = default;
 
@@ -66,7 +69,36 @@ std::vector<double> DataParallel::global_sums(const std::vector<double>& local) 
   return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
 }
 
+std::vector<accumulate::ShadowRange> DataParallel::gradient_ranges(const std::vector<at::Tensor>& params) const {
+  if (!shard_gradients_) return {};
+  std::vector<at::Tensor> trainable;
+  for (const auto& p : params)
+    if (p.requires_grad()) trainable.push_back(p);
+  return shadow_ranges(ShardPlan(trainable, rank(), world_size()));
+}
+
+void DataParallel::attach(accumulate::ShadowAccumulator& acc) {
+  if (!acc.holds_pieces()) return;
+  sharded_ = std::make_unique<ShardedFold>(*comm_, acc, ShardPlan(acc.params(), rank(), world_size()), bucket_bytes_,
+                                           overlap_enabled_);
+  acc.set_norm_reducer([comm = comm_](double local) {
+    at::Tensor t = at::full({1}, local, at::TensorOptions(comm->device()).dtype(at::kDouble));
+    comm->all_reduce_sum_(t);
+    return t.item<double>();
+  });
+}
+
+void DataParallel::after_last_backward(accumulate::ShadowAccumulator& acc) {
+  if (sharded_ && sharded_->serves(acc)) sharded_->finish();
+}
+
 void DataParallel::before_backward(accumulate::ShadowAccumulator& acc, bool last) {
+  if (acc.holds_pieces()) {
+    if (!sharded_ || !sharded_->serves(acc))
+      throw std::logic_error("DataParallel: an accumulator of pieces that was not attach()ed");
+    sharded_->before_backward();
+    return;
+  }
   if (!overlap_enabled_) return;
   if (!overlap_ || !overlap_->serves(acc)) {
     overlap_.reset();
@@ -80,6 +112,19 @@ int64_t DataParallel::buckets_started_early() const { return overlap_ ? overlap_
 void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc, const at::Tensor& rider) {
   at::NoGradGuard no_grad;
   folds_at_last_reduce_ = acc.folds();
+  if (acc.holds_pieces()) {  // summed bucket by bucket during the backward passes (after_last_backward)
+    if (rider.defined() && rider.numel() > 0) {
+      at::Tensor r = rider.view({-1});
+      comm_->all_reduce_sum_(r);
+    }
+    if (!logged_buckets_)
+      spdlog::info("gradient reduction: sharded (shard_gradients_over_data): {} fp32 buckets summed per microbatch "
+                   "during its backward ({} sent before the backward ended, last step), this process keeps {} of the "
+                   "shadow tree's values",
+                   sharded_->buckets(), sharded_->sent_during_backward(), acc.bytes() / int64_t(c10::elementSize(acc.grad_dtype())));
+    logged_buckets_ = true;
+    return;
+  }
   const bool overlapped = overlap_ && overlap_->serves(acc);
   const int64_t buckets = overlapped ? overlap_->finish()
                                      : all_reduce_sum_bucketed(*comm_, acc.mutable_shadows(), bucket_bytes_);

@@ -23,12 +23,14 @@
 
 namespace shadowgrad::accumulate {
 class ShadowAccumulator;
+struct ShadowRange;
 }
 
 namespace shadowgrad::distributed {
 
 class Communicator;
 class OverlappedReduce;
+class ShardedFold;
 struct ProcessEnvironment;
 
 class DataParallel {
@@ -45,6 +47,12 @@ class DataParallel {
   int64_t bucket_bytes() const { return bucket_bytes_; }
   bool shard_optimizer() const { return shard_optimizer_; }
 
+  // shard_gradients_over_data: the accumulator's ranges (ShadowAccumulator's ranged constructor), this process's range
+  // of the trainable `params`; empty otherwise. Then attach() the accumulator built with them: it installs the fold
+  // sink (ShardedFold.h) and the norm reducer (clipping and the noise scale sum every process's pieces).
+  std::vector<accumulate::ShadowRange> gradient_ranges(const std::vector<at::Tensor>& params) const;
+  void attach(accumulate::ShadowAccumulator& acc);
+
   // The sum over all processes (one all_reduce each).
   int64_t global_tokens(int64_t local_tokens);
   double global_sum(double local);
@@ -52,7 +60,11 @@ class DataParallel {
   std::vector<double> global_sums(const std::vector<double>& local);
 
   // With overlap: before each microbatch's backward (`last`: the step's last one). A no-op without overlap.
+  // With sharded gradients: sends what the previous backward left.
   void before_backward(accumulate::ShadowAccumulator& acc, bool last);
+  // After the last microbatch's backward, before ShadowAccumulator::end(): with sharded gradients every bucket is
+  // then summed and folded into this process's pieces. A no-op otherwise.
+  void after_last_backward(accumulate::ShadowAccumulator& acc);
   // Sums the shadow tree over all processes through fp32 buckets: the one gradient reduction of a step.
   // Call it after the last microbatch has been folded and ShadowAccumulator::end(). `rider`: a small fp32 vector
   // summed after the buckets, in one all_reduce of its own (e.g. each process's per-microbatch squared norms in its
@@ -78,6 +90,8 @@ class DataParallel {
   int64_t folds_at_last_reduce_ = -1;
   bool overlap_enabled_;
   std::unique_ptr<OverlappedReduce> overlap_;
+  bool shard_gradients_;
+  std::unique_ptr<ShardedFold> sharded_;
   bool logged_buckets_ = false;
 };
 

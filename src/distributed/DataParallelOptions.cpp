@@ -13,6 +13,7 @@ DataParallelOptions DataParallelOptions::from_config(const config::Config& c) {
   o.collective_timeout_s = c.collective_timeout_s;
   o.bucket_mb = c.grad_reduce_bucket_mb;
   o.shard_optimizer = c.shard_optimizer_over_data;
+  o.shard_gradients = c.shard_gradients_over_data;
   o.overlap = c.overlap_gradient_reduction;
   const std::string yaml = config::to_yaml(c);
   o.config_hash = util::fnv1a64(yaml.data(), yaml.size());

@@ -3,19 +3,22 @@
 // parameters, updates that slice, and the updated parameters are then all-gathered.
 //
 //   ShardedOptimizer zero(comm, model->parameters(), bucket_bytes);
-//   auto optimizer = make_optimizer(cfg, {zero.shard()});   // state for this process's slice only
-//   ... accumulate, reduce the shadow tree (every process holds the full summed gradient), clip ...
-//   zero.step(accumulator, *optimizer);                      // update own slice, all-gather, zero the shadow
+//   auto optimizer = make_optimizer(cfg, zero.pieces());     // state for this process's range only
+//   ... accumulate, reduce the shadow tree (ZeRO-1: whole on every process; ZeRO-2: this range only), clip ...
+//   zero.step(accumulator, *optimizer);                      // update own range, all-gather, zero the shadow
 //
-// The parameters are read as one flat vector (FlatView) and cut into WORLD_SIZE equal contiguous slices,
-// so the split is exact to one element whatever the parameter shapes. The optimizer sees the slice as one 1-D
-// tensor. Adam, AdamW and SGD are element-wise, so updating a slice gives the same numbers as updating whole
-// tensors. The all-gather runs in rounds through one fp32 buffer of about `bucket_bytes`.
+// The range is ShardPlan's (one contiguous range of the flat parameters, exact to one element). The optimizer's
+// parameters are detached 1-D views of the parameters' pieces in that range, and their gradients views of the
+// shadow tree's: nothing of the range is copied (a copy of the range and of its gradient were the transient buffers
+// that made ZeRO-1 save less than it should). Adam, AdamW and SGD are element-wise, so updating pieces gives the same
+// numbers as updating whole tensors. The all-gather runs in rounds through one fp32 buffer of about `bucket_bytes`.
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+
+#include "distributed/ShardPlan.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -33,16 +36,18 @@ class ShardedOptimizer {
   ShardedOptimizer(std::shared_ptr<Communicator> comm, const std::vector<at::Tensor>& params, int64_t bucket_bytes);
   ~ShardedOptimizer();
 
-  // This process's slice of the flattened parameters, a leaf the optimizer owns (padded to shard_size()).
-  const at::Tensor& shard() const { return shard_; }
-  // Flat index of the slice's first element, and the slice length every process pads to.
-  int64_t shard_begin() const { return begin_; }
-  int64_t shard_size() const { return size_; }
-  // Elements of the slice that are real parameters (the last process's slice can be shorter).
-  int64_t shard_owned() const { return owned_; }
+  // The optimizer's parameters: views of this process's pieces of the parameters, in flat order.
+  const std::vector<at::Tensor>& pieces() const { return pieces_; }
+  const ShardPlan& plan() const { return plan_; }
+  // Flat index of the range's first element, and the range length every process pads to in the all-gather.
+  int64_t shard_begin() const { return plan_.begin(); }
+  int64_t shard_size() const { return plan_.shard_size(); }
+  // Elements of the range (the last process's range can be shorter).
+  int64_t shard_owned() const { return plan_.owned(); }
 
-  // One update: reads the slice of the (already reduced and clipped) shadow tree as the slice's gradient,
-  // runs the optimizer on it, zeroes the shadow tree, and all-gathers the updated slices into every parameter.
+  // One update: lends this range of the (already reduced and clipped) shadow tree to the pieces as their gradient
+  // (the whole tree's pieces, or the accumulator's own pieces under ZeRO-2), runs the optimizer, zeroes the shadow
+  // tree, and all-gathers the updated ranges into every parameter.
   void step(accumulate::ShadowAccumulator& acc, torch::optim::Optimizer& optimizer);
   // The all-gather alone: writes every process's slice into the parameters. Returns the rounds it took.
   int64_t all_gather_parameters();
@@ -50,8 +55,9 @@ class ShardedOptimizer {
  private:
   std::shared_ptr<Communicator> comm_;
   std::vector<at::Tensor> params_;
-  int64_t bucket_bytes_, total_ = 0, begin_ = 0, size_ = 0, owned_ = 0;
-  at::Tensor shard_;
+  ShardPlan plan_;
+  int64_t bucket_bytes_;
+  std::vector<at::Tensor> pieces_;
 };
 
 } // namespace shadowgrad::distributed

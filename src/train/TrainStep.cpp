@@ -41,13 +41,17 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
       micro_batch_(o.microbatch),
       micro_steps_(o.accumulation_steps),
       schedule_(o.lr_schedule(o.microbatch * o.accumulation_steps * (dp ? dp->world_size() : 1))),
-      accumulator_(std::make_unique<accumulate::ShadowAccumulator>(model_->parameters(), o.grad_dtype)),
+      // With sharded gradients the shadow tree is this process's range of it (DataParallel::gradient_ranges).
+      accumulator_(std::make_unique<accumulate::ShadowAccumulator>(
+          model_->parameters(), o.grad_dtype,
+          dp ? dp->gradient_ranges(model_->parameters()) : std::vector<accumulate::ShadowRange>{})),
       dp_(std::move(dp)),
       zero_(dp_ && dp_->shard_optimizer() ? std::make_unique<distributed::ShardedOptimizer>(
                                                 dp_->shared_communicator(), model_->parameters(), dp_->bucket_bytes())
                                           : nullptr),
-      optimizer_(make_optimizer(o.optimizer, zero_ ? std::vector<at::Tensor>{zero_->shard()} : model_->parameters())) {
+      optimizer_(make_optimizer(o.optimizer, zero_ ? zero_->pieces() : model_->parameters())) {
   if (dp_) dp_->verify_same_start(model_->parameters());
+  if (dp_) dp_->attach(*accumulator_);  // sharded gradients: the fold sink and the global norm
   // The gradient noise scale needs a small batch besides the global one: two microbatches over all processes (at
   // the run's largest batch; a step with one microbatch in all logs no estimate).
   const bool small_batches = std::max(micro_steps_, o.max_accumulation_steps) * (dp_ ? dp_->world_size() : 1) >= 2;
@@ -160,6 +164,7 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
     loss_sum += loss.detach();
     sums.backward_s += seconds_since(mark);
   }
+  if (dp_) dp_->after_last_backward(*accumulator_);  // sharded gradients: the last buckets, before the window closes
   end_folds(step, sums);
   double loss = loss_sum.item<double>();
   const at::Tensor rider = noise_ && dp_ ? noise_rider(micro_tokens) : at::Tensor();
@@ -219,6 +224,7 @@ Accumulated TrainStep::accumulate_pairs(int64_t step, const StepBatch& plan) {
     objective.backward();
     sums.backward_s += seconds_since(mark);
   }
+  if (dp_) dp_->after_last_backward(*accumulator_);
   end_folds(step, sums);
   if (dp_) {
     dp_->reduce_gradients(*accumulator_, at::Tensor());  // the one reduction of the step

@@ -164,7 +164,7 @@ class TrainStep {
   std::unique_ptr<accumulate::ShadowAccumulator> accumulator_;
   std::shared_ptr<distributed::DataParallel> dp_;        // null for one process
   std::unique_ptr<distributed::ShardedOptimizer> zero_;  // ZeRO-1: set when dp_ and shard_optimizer_over_data
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;   // over zero_->shard() when sharded
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;   // over zero_->pieces() when sharded
 };
 
 } // namespace shadowgrad::train
