@@ -4,6 +4,7 @@
 #   - ZeRO-1 checkpoints: 2 processes trained 3 steps then resumed to 6 give bitwise the losses of 6 straight steps;
 #     every rank writes its optimizer shard into the same step-N, listed in the manifest; SIGTERM to one rank stops
 #     both after the same step with such a checkpoint;
+#   - ZeRO-2 (shard_gradients_over_data) resumed 4 -> 2 -> 1 processes and 1 -> 4, within 1e-6 of unbroken runs;
 #   - resume at another process count with the same global batch (8 = per_device_batch_size 2 x K x WORLD_SIZE):
 #     2x2 -> 1x4, 1x4 -> 2x2, 4x1 -> 2x2, ZeRO-1 2x2 -> 1x4 and -> ZeRO-1 4x1, whole 1x4 -> ZeRO-1 2x2; each within
 #     1e-5 relative of continuing unchanged, every step (the max rel diff is printed; bitwise is reported, not
@@ -131,6 +132,26 @@ parity zero_to_p1 zero_straight "ZeRO-1 2 processes K=2 -> 1 process K=4 (shards
 from_step3 zero zero_to_zero4
 train_ok zero_to_zero4 4 6 gradient_accumulation_steps=1 shard_optimizer_over_data=true
 parity zero_to_zero4 zero_straight "ZeRO-1 2 processes K=2 -> ZeRO-1 4 processes K=1 (2 shards cut into 4)"
+
+echo "== sharded gradients (ZeRO-2): the resume re-shards, 4 -> 2 -> 1 and 1 -> 4, within 1e-6 of an unbroken run"
+z2=(shard_optimizer_over_data=true shard_gradients_over_data=true grad_reduce_bucket_mb=0.001)
+tight() {  # tight RESUMED STRAIGHT LABEL: every step's loss within 1e-6 relative
+  local out rc=0
+  out=$("$compare" "$runs/$1" "$runs/$2" --metric loss --rtol 1e-6) || rc=$?
+  ((rc == 0)) || { echo "$out" >&2; fail "$3: losses differ by more than 1e-6"; }
+  [[ $(grep -c '"step"' "$runs/$1/metrics.jsonl") == 6 ]] || fail "$1 has not 6 steps"
+  echo "parity: $3: $(echo "$out" | tail -1 | sed 's/.*(\(.*\)).*/\1/')"
+}
+train_ok z2_straight 4 6 gradient_accumulation_steps=1 "${z2[@]}"
+grep -q 'gradient reduction: sharded' "$log" || fail "the ZeRO-2 run did not log its sharded reduction"
+train_ok z2 4 2 gradient_accumulation_steps=1 "${z2[@]}"
+train_ok z2 2 4 gradient_accumulation_steps=2 "${z2[@]}"
+grep -q 'resharding: the checkpoint was written by 4 processes' "$log" || fail "no resharding line at 4 -> 2"
+train_ok z2 1 6 gradient_accumulation_steps=4
+tight z2 z2_straight "ZeRO-2 4 processes K=1 -> 2 processes K=2 -> 1 process K=4"
+from_step3 p1 p1_to_z2
+train_ok p1_to_z2 4 6 gradient_accumulation_steps=1 "${z2[@]}"
+tight p1_to_z2 p1_straight "1 process K=4 -> ZeRO-2 4 processes K=1"
 
 echo "== a global batch that differs from the checkpoint's: exit 2 naming the three keys"
 from_step3 p2 p2_batch

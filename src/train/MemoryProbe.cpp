@@ -115,6 +115,10 @@ memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world
   memory::Footprint f;
   f.weights = n.bytes;
   f.shadow_tree = sat_mul(trained, int64_t(c10::elementSize(config::scalar_type(cfg.grad_dtype))));
+  // shard_gradients_over_data: this process's range of the tree (ShardPlan: ceil(T / N) elements at most).
+  if (cfg.shard_gradients_over_data && world_size > 1)
+    f.shadow_tree = sat_mul((trained + world_size - 1) / world_size,
+                            int64_t(c10::elementSize(config::scalar_type(cfg.grad_dtype))));
   const int64_t state = optimizer_state_bytes_after_update(OptimizerOptions::from_config(cfg), trained_dtype, trained);
   f.optimizer_state = cfg.shard_optimizer_over_data && world_size > 1 ? state / world_size + (state % world_size != 0) : state;
   const int64_t compute_size = int64_t(c10::elementSize(o.compute_dtype));
@@ -223,7 +227,9 @@ MicrobatchProbe probe_microbatches(const config::Config& cfg, model::Decoder& mo
                                  : 0);
   e.optimizer_state = state;
   const int64_t shadow_element = int64_t(c10::elementSize(config::scalar_type(cfg.grad_dtype)));
-  e.shadow_tree = elements * shadow_element;
+  e.shadow_tree = (cfg.shard_gradients_over_data && world_size > 1 ? (elements + world_size - 1) / world_size
+                                                                    : elements) *
+                  shadow_element;
   e.per_sequence = out.model.per_sequence;
   e.peak_at_one = out.model.predicted_peak(1);
   e.save_grad_bf16 = shadow_element > 2 ? elements * (shadow_element - 2) : 0;

@@ -1,5 +1,7 @@
 #include "train/Training.h"
 
+#include <sys/resource.h>
+
 #include <memory>
 
 #include <fmt/format.h>
@@ -10,12 +12,14 @@
 #include "config/GlobalBatch.h"
 #include "data/DataSource.h"
 #include "data/PairSource.h"
+#include "distributed/Communicator.h"
 #include "distributed/DataParallel.h"
 #include "distributed/Environment.h"
 #include "hub/BaseRecord.h"
 #include "hub/Import.h"
 #include "hub/ModelWeights.h"
 #include "memory/MemoryMeter.h"
+#include "memory/MemoryReport.h"
 #include "model/Decoder.h"
 #include "model/WeightCount.h"
 #include "train/BatchSizePolicy.h"
@@ -34,6 +38,28 @@
 #include "util/Errors.h"
 
 namespace shadowgrad::train {
+
+namespace {
+
+// One line per process at the end of a run: its tensor peak (the tracking allocator), what it holds of the shadow
+// tree and the optimizer state (1/WORLD_SIZE when sharded), and its peak RSS.
+void log_process_memory(TrainStep& step, const memory::MemoryMeter& meter) {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  constexpr double kMiB = 1024.0 * 1024.0;
+  spdlog::info("memory on this process: tensors peaked at {:.1f} MiB; weights {:.1f} MiB, shadow tree {:.1f} MiB, "
+               "optimizer state {:.1f} MiB; peak RSS {:.1f} MiB",
+               double(meter.run_peak()) / kMiB, double(memory::tensor_bytes(step.accumulator().params())) / kMiB,
+               double(step.accumulator().bytes()) / kMiB,
+               double(memory::optimizer_state_bytes(step.optimizer())) / kMiB, double(usage.ru_maxrss) / 1024.0);
+  if (auto* dp = step.data_parallel()) {
+    const auto& c = dp->communicator().counts();  // counted in the communicator, not estimated
+    spdlog::info("collectives on this process: {} all_reduce, {} all_gather, {} bytes contributed", c.all_reduce,
+                 c.all_gather, c.bytes);
+  }
+}
+
+} // namespace
 
 namespace {
 
@@ -179,6 +205,7 @@ RunSummary Training::run() {
                  "and rerun the same command to train the rest",
                  cfg_.steps, policy.state().sequences * cfg_.max_target_length, cfg_.train_tokens);
   if (start.dir) write_end_of_run_files(*start.dir, summary, memory_report(step, meter, summary.steps));
+  log_process_memory(step, meter);  // every process: what sharding left here (bench/sharded_memory.sh reads it)
   // Every step skipped (fewer than max_consecutive_nonfinite): the run trained nothing, which is no success (exit 3).
   if (summary.steps > 0 && start.state.skipped_steps >= summary.steps)
     throw NonFiniteError(fmt::format("every one of the run's {} steps had a non-finite loss or gradient norm, so it "
