@@ -149,6 +149,32 @@ TEST_CASE("sharded gradients, fp32 with AdamW: every step's loss and norm within
   }
 }
 
+TEST_CASE("sharded gradients under LoRA (adapters sharded), remat and fp32 folding of bf16-free runs match one process",
+          "[sharded][exact]") {
+  for (const std::string variant : {"lora", "remat"}) {
+    auto setup = [&](config::Config c) {
+      if (variant == "lora") {
+        c.lora_rank = 4;
+        c.lora_alpha = 8;
+      } else {
+        c.remat_policy = config::RematPolicy::full;
+      }
+      return c;
+    };
+    const ShardedTrace ref = train_sharded(setup(sharded_config(4, false, config::GradDtype::float32)), 3, nullptr);
+    const auto ranks = train_sharded_ranks(2, setup(sharded_config(2, true, config::GradDtype::float32)), 3);
+    for (const ShardedTrace& t : ranks) {
+      INFO(variant);
+      for (size_t s = 0; s < ref.loss.size(); ++s) {
+        CHECK(t.loss[s] == Approx(ref.loss[s]).epsilon(1e-6));
+        CHECK(t.grad_norm[s] == Approx(ref.grad_norm[s]).epsilon(1e-6));
+      }
+      CHECK(sharded_weight_error(t.weights, ref.weights) <= 1e-5);
+      CHECK(t.shadow_bytes * 2 <= ref.shadow_bytes + 8);
+    }
+  }
+}
+
 TEST_CASE("sharded gradients with a bf16 carry stay within the bf16 tolerance of one process", "[sharded][bf16]") {
   const ShardedTrace ref = train_sharded(sharded_config(4, false, config::GradDtype::bfloat16), 4, nullptr);
   const auto ranks = train_sharded_ranks(2, sharded_config(2, true, config::GradDtype::bfloat16), 4);
