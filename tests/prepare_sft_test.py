@@ -232,6 +232,13 @@ def main():
     out = run([jsonl(d, "form.jsonl", [{"question": "x"}]), os.path.join(d, "bad.sft")], expect=2)
     check(all(f in out for f in ('"completion"', '"messages"', '"conversations"', '"instruction"', '"text"',
                                  '"input_ids"')), "an unknown form lists the forms known")
+    weights = os.path.join(d, "tok", "model.safetensors")  # --tokenizer given a file of the model directory
+    open(weights, "wb").close()
+    out = run([os.path.join(d, "pc.jsonl"), os.path.join(d, "bad.sft"), "--tokenizer", weights], expect=2)
+    check(f"--tokenizer {weights}: a file; --tokenizer takes the model's directory" in out
+          and f"--tokenizer {os.path.join(d, 'tok')}" in out and "SentencePiece" not in out,
+          "--tokenizer MODEL_DIR/model.safetensors: exit 2 saying --tokenizer takes the model's directory")
+    os.remove(weights)
     src = parquet(d, "bad.parquet", [{"input_ids": [1, 2]}, {"input_ids": [1, -3]}])
     out = run([src, os.path.join(d, "bad.sft")], expect=2)
     check(src + ":row 1: input_ids[1]: -3 is not a token id" in out, "Parquet: a bad row named FILE:row N (from 0)")
