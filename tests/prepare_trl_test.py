@@ -11,14 +11,17 @@ built here with the `tokenizers` library (nothing is downloaded):
 
 The rows: a prompt ending in a space ("Answer: " + "blue"), a prompt ending in a newline, answers that start with a
 space, an answer (and a text) that already ends in the EOS, and Anthropic HH-RLHF-style implicit-prompt pairs (plain
-text, the prompt their common prefix). Every pair and every example must equal TRL's ids, and the SFT targets TRL's
+text, the prompt their common prefix). Then conversational rows (pairs, implicit-prompt conversations, SFT
+prompt/completion) through two chat templates on the byte-level tokenizer: ChatML, and one whose generation prompt
+opens an empty think block that the whole conversation drops (as Qwen3's and Gemma's), where TRL cuts the prompt where
+the renderings part (the old preparers refused such rows). Every pair and every example must equal TRL's ids, and the SFT targets TRL's
 labels (!= -100). Controls, so that the comparison can fail: under each tokenizer the answers encoded apart from the
 prompt (the old way) differ from TRL's on some row, and the byte-level "Answer: " + "blue" starts its answer with the
 token " blue"; an answer that ends in the EOS ends in one EOS, not two.
 
 Usage: prepare_trl_test.py REPO   (the venv's python: trl, datasets, transformers, tokenizers, numpy)
 Exit: 0 pass; 1 fail; 77 skipped (no trl or datasets in this Python).
-Cost: ~15 s of CPU to import trl, and 6 runs of the scripts (~1.5 s each).
+Cost: ~45 s of CPU: trl's import, 16 runs of the scripts (~1.5 s each), the tokenizers' training.
 """
 import json
 import logging
@@ -108,6 +111,23 @@ def rows(eos):
     return standard, implicit, completions, texts
 
 
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# As Qwen3's and Gemma's templates: the generation prompt opens an empty think block that the whole conversation drops,
+# so the prompt rendered alone is not a prefix of prompt + answer.
+THINK = CHATML.replace("assistant\n{% endif %}", "assistant\n<think>\n\n</think>\n\n{% endif %}")
+
+
+def conversations():
+    user = lambda text: {"role": "user", "content": text}
+    bot = lambda text: {"role": "assistant", "content": text}
+    pairs = [{"prompt": [user("What color is the sky?")], "chosen": [bot("It is blue.")], "rejected": [bot("Red.")]},
+             {"prompt": [user("hello"), bot("Hello there"), user("two plus two?")], "chosen": [bot("four")],
+              "rejected": [bot("It is five.")]}]
+    implicit = [{"chosen": r["prompt"] + r["chosen"], "rejected": r["prompt"] + r["rejected"]} for r in pairs]
+    return pairs, implicit, [{"prompt": r["prompt"], "completion": r["chosen"]} for r in pairs]
+
+
 def trl_pairs(tok, data, work):
     args = DPOConfig(output_dir=work, use_cpu=True, bf16=False, report_to=[], max_length=None)
     out = DPOTrainer._prepare_dataset(types.SimpleNamespace(_tokenizer=tok), datasets.Dataset.from_list(data), tok,
@@ -121,6 +141,10 @@ def trl_examples(tok, data, work):
     trainer = types.SimpleNamespace(_tokenizer=tok, chat_template=None, completion_only_loss=True)
     out = SFTTrainer._prepare_dataset(trainer, datasets.Dataset.from_list(data), tok, args, False, None, "train")
     return [(r["input_ids"], [int(l != -100) for l in r["labels"]]) for r in out]
+
+
+def common(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def apart(tok, row):
@@ -184,6 +208,35 @@ def main():
             check(first[1][0] == blue and tok.convert_ids_to_tokens(first[0])[-1] != "Ġ",
                   f"control: \"Answer: \" + \"blue\": the answer starts with \" blue\" ({blue}), the prompt does not "
                   "end in the space token")
+    # Conversational rows through two chat templates (byte-level tokenizer): ChatML, where the prompt's rendering is a
+    # prefix of the whole, and the think-block template, where TRL cuts the prompt where the renderings part.
+    pairs, implicit, completions = conversations()
+    for name, template in (("ChatML", CHATML), ("think block", THINK)):
+        print(f"conversational rows, {name} template:")
+        tok_dir = os.path.join(d, f"chat_{len(template)}")
+        tok = byte_level(tok_dir)
+        tok.chat_template = template
+        tok.save_pretrained(tok_dir)
+        flag = ["--tokenizer", tok_dir]
+        render = lambda m, gen=False: list(tok.apply_chat_template(m, add_generation_prompt=gen,
+                                                                   return_dict=True)["input_ids"])
+        cut = sum(common(render(r["prompt"], True), render(r["prompt"] + r["chosen"])) < len(render(r["prompt"], True))
+                  for r in pairs)
+        check((cut == 0) == (template == CHATML), f"  the template cuts {cut} of {len(pairs)} prompts")
+        for label, data in (("conversational", pairs), ("implicit messages", implicit)):
+            src, out = jsonl(d, f"c{len(template)}_{label[:8]}.jsonl", data), os.path.join(d, f"c{label[:8]}.pair")
+            printed = run_preference([src, out] + flag)
+            ours, theirs = read_pairs(out), trl_pairs(tok, data, d)
+            check(ours == theirs, f"prepare_preference, {label}: every pair's ids equal TRL's" if ours == theirs
+                  else f"prepare_preference, {label}: ours {ours} != TRL's {theirs}")
+            check((f"prompts cut: {cut} " in printed) if cut else "prompts cut" not in printed,
+                  f"  the summary counts the {cut} prompts cut")
+        src, out = jsonl(d, f"c{len(template)}_pc.jsonl", completions), os.path.join(d, "cpc.sft")
+        run_sft([src, out] + flag)
+        ours = read_sft(out)
+        theirs = [(ids, [0] + flags[1:]) for ids, flags in trl_examples(tok, completions, d)]
+        check(ours == theirs, "prepare_sft, conversational prompt/completion: ids and targets equal TRL's"
+              if ours == theirs else f"prepare_sft, conversational prompt/completion: ours {ours} != TRL's {theirs}")
     print("prepare_trl_test: all passed")
 
 

@@ -175,8 +175,9 @@ def common_prefix(a, b):
 class Tokenizer:
     """A Hugging Face model directory (tokenizer.json, the chat template) or a SentencePiece tokenizer.model.
     encode(text): the text's ids as the tokenizer gives them, its special tokens (a BOS) included; prompt_answers(prompt,
-    answers): TRL's tokenize step for text; eos; vocab_size; render(messages, generation_prompt); chat(messages);
-    continuation(prompt, answer); prompts_cut: how many prompts prompt_answers cut (their end merged into the answer)."""
+    answers) and chat_answers(prompt, answers): TRL's tokenize step for text and for messages; eos; vocab_size;
+    render(messages, generation_prompt); chat(messages); continuation(prompt, answer); prompts_cut: how many prompts
+    prompt_answers and chat_answers cut (their end not shared with prompt + answer)."""
 
     def __init__(self, path, who):
         self.hf = None
@@ -226,8 +227,15 @@ class Tokenizer:
         prompt keeps the tokens its own encoding shares with every joint one, and each answer is the rest of its joint
         encoding. Where the prompt's last tokens merge with the answer's first (a prompt ending in a space, under a
         byte-level BPE), they are left out of the prompt, as in TRL, and counted in prompts_cut."""
-        head = self.encode(prompt)
-        joint = [self.with_eos(prompt + a) for a in answers]
+        return self._split(self.encode(prompt), [self.with_eos(prompt + a) for a in answers])
+
+    def chat_answers(self, prompt, answers, field):
+        """(prompt ids, [answer ids]) as TRL 1.16 splits conversational rows: the prompt rendered with the generation
+        prompt, each prompt + answer rendered whole, split where the renderings diverge (a template that renders the
+        prompt alone differently, as Qwen3's empty think block, leaves that end out of the prompt, as in TRL)."""
+        return self._split(self.render(prompt, True, field), [self.render(prompt + a, False, field) for a in answers])
+
+    def _split(self, head, joint):
         n = min(common_prefix(head, j) for j in joint)
         self.prompts_cut += n < len(head)
         return head[:n], [j[n:] for j in joint]
@@ -240,9 +248,9 @@ class Tokenizer:
         return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
     def continuation(self, prompt, answer, field):
-        """(prompt ids, answer ids) as TRL splits a conversational pair: the prompt rendered with the generation
-        prompt, and what rendering prompt + answer adds after it. A template whose rendering of the prompt is not a
-        prefix of the whole is refused (pre-tokenize instead)."""
+        """(prompt ids, answer ids) for an assistant turn of a conversation: the turns before it rendered with the
+        generation prompt, and what rendering them with the turn adds after it. A template whose rendering of the
+        turns before is not a prefix of the whole is refused (pre-tokenize instead)."""
         head = self.render(prompt, True, field) if prompt else []
         whole = self.render(prompt + answer, False, field)
         if whole[: len(head)] != head:

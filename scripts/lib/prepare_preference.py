@@ -8,8 +8,8 @@ Usage: prepare_preference.py IN OUT [--tokenizer MODEL_DIR] [--max-length N] [--
                     prompt + answer as one string (the EOS appended to an answer that does not end with it); the
                     prompt is the tokens its encoding shares with both joint ones, an answer the rest of its own
     conversational  {"prompt": [messages], "chosen": [assistant messages], "rejected": [assistant messages]}: the
-                    prompt through the chat template with the generation prompt; an answer is what the template adds
-                    after it
+                    prompt through the chat template with the generation prompt; an answer is the rest of prompt +
+                    answer rendered whole, from where the two renderings part (TRL 1.16's split)
     implicit        {"chosen": [messages], "rejected": [messages]}: whole conversations; the prompt is their common
                     leading messages, and the last message of each must be the assistant's answer;
                     {"chosen": TEXT, "rejected": TEXT} (Anthropic HH-RLHF): the prompt is their longest common prefix
@@ -103,15 +103,11 @@ def implicit_text_pair(row, tok):
 
 
 def chat_pair(tok, prompt, answers):
-    """The prompt's ids and each answer's, as TRL splits them: what the template adds after the prompt's rendering
-    with the generation prompt."""
+    """The prompt's ids and each answer's, as TRL 1.16 splits them (Tokenizer.chat_answers)."""
     if tok is None:
         raise BadRow("prompt", "messages need --tokenizer MODEL_DIR")
-    out = []
-    for k, a in zip(ANSWERS, answers):
-        p, ids = tok.continuation(prompt, a, k)
-        out.append(ids)
-    return [p] + out
+    p, ids = tok.chat_answers(prompt, answers, "prompt")
+    return [p] + ids
 
 
 def conversational_pair(row, tok):
@@ -217,8 +213,9 @@ def main():
           f"tokens; prompts: min {min(prompt_lengths)}, max {max(prompt_lengths)}; largest token id {max_id} "
           f"(vocab_size must be > {max_id})")
     if tok is not None and tok.prompts_cut:
-        print(f"prompts cut: {tok.prompts_cut} (their last tokens merge with the answer's first, e.g. a prompt ending "
-              "in a space: the answer starts where the encodings diverge, as in TRL)")
+        print(f"prompts cut: {tok.prompts_cut} (the prompt's own encoding and prompt + answer part before its end: a "
+              "prompt ending in a space under a byte-level BPE, or a chat template that renders a prompt alone "
+              "otherwise; the answer starts where they part, as in TRL)")
     print(f"truncated: {truncated}" + (f" (to --max-length {a.max_length})" if truncated else ""))
     print(f"dropped: {sum(dropped.values())}" + "".join(f"; {v} {k}" for k, v in sorted(dropped.items())))
 

@@ -119,7 +119,7 @@ def example(obj, tok):
             raise BadRow("completion", "empty (nothing to train on)")
         if tok is None:
             raise BadRow("prompt", "messages need --tokenizer MODEL_DIR")
-        p, c = tok.continuation(prompt, answer, "completion")
+        p, (c,) = tok.chat_answers(prompt, [answer], "completion")
         return p + c, [0] * len(p) + [1] * len(c), "conversational prompt/completion"
     if "prompt" in obj:
         return (*prompt_completion(tok, need(obj, "prompt"), need(obj, "completion"), "prompt"), "prompt/completion")
@@ -183,8 +183,9 @@ def main():
     print(f"lengths: min {lengths.min()}, median {int(np.median(lengths))}, max {lengths.max()} tokens; "
           f"largest token id {max_id} (vocab_size must be > {max_id})")
     if tok is not None and tok.prompts_cut:
-        print(f"prompts cut: {tok.prompts_cut} (their last tokens merge with the completion's first, e.g. a prompt "
-              "ending in a space: the targets start where the encodings diverge, as in TRL)")
+        print(f"prompts cut: {tok.prompts_cut} (the prompt's own encoding and prompt + completion part before its "
+              "end: a prompt ending in a space under a byte-level BPE, or a chat template that renders a prompt alone "
+              "otherwise; the targets start where they part, as in TRL)")
     print(f"truncated: {truncated}" + (f" (to --max-length {a.max_length})" if truncated else ""))
     print(f"dropped: {sum(dropped.values())}" + "".join(f"; {v} {k}" for k, v in sorted(dropped.items())))
 
