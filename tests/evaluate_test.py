@@ -9,8 +9,8 @@ Llama (tests/hf_parity_test.py's build) saved with that tokenizer.
   within 1e-4;
 - controls: the task with every answer moved to the next choice (tiny_mc_wrong_key.yaml) must give the harness
   another accuracy than the true key's direct one; the adapter's log-likelihoods must differ from the base's;
-- bad input exits 2 before lm-eval starts: a directory without config.json, one with config.json and a tokenizer but
-  no weights (a run's hf/: the message names build/export_hf), an adapter without adapter_config.json, and a hub task
+- bad input exits 2 before lm-eval starts: a directory without config.json, --tokenizer given a file, one with
+  config.json and a tokenizer but no weights (a run's hf/: the message names build/export_hf), an adapter without adapter_config.json, and a hub task
   (arc_easy) whose data is not cached while the hub cannot be used (--offline, or an endpoint that refuses): one line,
   no traceback, lm-eval never started;
 - the results land in the directory the command runs in (lm-eval/ there), not in the model's directory;
@@ -131,6 +131,11 @@ def main():
     ok &= check("a directory without config.json exits 2", "config.json" in r.stderr, r.stderr.strip())
     r = evaluate(repo, [model_dir, "--tasks", TASK, "--adapter", work], expect=2)
     ok &= check("an adapter without adapter_config.json exits 2", "adapter_config.json" in r.stderr, r.stderr.strip())
+    weights = os.path.join(model_dir, "model.safetensors")
+    r = evaluate(repo, [model_dir, "--tasks", TASK, "--tokenizer", weights], expect=2)
+    ok &= check("--tokenizer MODEL_DIR/model.safetensors exits 2 naming the directory to give",
+                f"{weights}: a file; give a tokenizer directory, the one holding it: {model_dir}" in r.stderr,
+                r.stderr.strip())
     hf_dir = os.path.join(work, "hf")  # as a run's hf/: config.json and the tokenizer, no weights
     os.makedirs(hf_dir)
     for f in os.listdir(model_dir):

@@ -30,6 +30,8 @@ def fail(message):
 def directory(path, what, needs=None, hint=""):
     """An existing directory (absolute), holding one of `needs` when given; its path must not hold a comma, which
     lm-eval's --model_args would split on."""
+    if os.path.isfile(path):
+        fail(f"{path}: a file; give {what}, the one holding it: {os.path.dirname(path) or '.'}")
     if not os.path.isdir(path):
         fail(f"{path}: no such directory ({what})")
     if needs and not any(os.path.isfile(os.path.join(path, n)) for n in needs):
