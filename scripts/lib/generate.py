@@ -53,7 +53,9 @@ def has_tokenizer(d):
 
 
 def is_adapter(d):
-    return os.path.isfile(os.path.join(d, "adapter_config.json")) and not os.path.isfile(os.path.join(d, "config.json"))
+    """A peft adapter directory: adapter_config.json, and neither a model's config.json nor a run's config.yml."""
+    return (os.path.isfile(os.path.join(d, "adapter_config.json"))
+            and not any(os.path.isfile(os.path.join(d, n)) for n in ("config.json", "config.yml")))
 
 
 def adapter_base(d):
