@@ -5,10 +5,11 @@
 #
 # Usage: scripts/prepare_preference.sh IN OUT [--tokenizer MODEL_DIR] [--max-length N] [--long truncate|drop]
 #   IN: JSONL, a JSON list of objects, or Parquet. Forms (TRL's, detected from the first row):
-#   standard {"prompt","chosen","rejected"} as text (the EOS appended to both answers); conversational (prompt,
-#   chosen and rejected as lists of messages, through MODEL_DIR's chat template); implicit prompt {"chosen",
-#   "rejected"} as whole conversations (the prompt is their common leading messages); pre-tokenized {"prompt_ids",
-#   "chosen_ids","rejected_ids"}, stored as given.
+#   standard {"prompt","chosen","rejected"} as text (prompt + answer tokenized as one string as TRL 1.16 does, the
+#   EOS appended to an answer that lacks it); conversational (prompt, chosen and rejected as lists of messages,
+#   through MODEL_DIR's chat template); implicit prompt {"chosen","rejected"} as whole conversations (the prompt is
+#   their common leading messages) or as text like HH-RLHF's (the prompt is their longest common prefix);
+#   pre-tokenized {"prompt_ids","chosen_ids","rejected_ids"}, stored as given.
 #   MODEL_DIR: a Hugging Face model directory (tokenizer.json) or a SentencePiece tokenizer.model.
 #   --max-length N keeps the first N tokens of each prompt + answer (or, with --long drop, drops the pair).
 # Prints pairs, tokens, the form, pairs with identical answers, the length range and the largest token id.

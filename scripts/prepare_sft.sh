@@ -5,7 +5,8 @@
 #
 # Usage: scripts/prepare_sft.sh IN OUT [--tokenizer MODEL_DIR] [--max-length N] [--long truncate|drop]
 #   IN: JSON Lines, a JSON list of objects, or Parquet; OUT's directory is created.
-#   Forms: {"prompt","completion"} as text, or as lists of messages (TRL's conversational prompt/completion);
+#   Forms: {"prompt","completion"} as text (prompt + completion tokenized as one string, as TRL 1.16 does), or as
+#   lists of messages (TRL's conversational prompt/completion);
 #   {"messages":[...]} and ShareGPT {"conversations":[{"from","value"}]} through MODEL_DIR's chat template (assistant
 #   turns are the targets); Alpaca {"instruction","input","output"}; {"text"} (every token a target: continued
 #   pretraining); pre-tokenized {"input_ids","labels"} (-100: not a target).

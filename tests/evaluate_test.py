@@ -9,7 +9,12 @@ Llama (tests/hf_parity_test.py's build) saved with that tokenizer.
   within 1e-4;
 - controls: the task with every answer moved to the next choice (tiny_mc_wrong_key.yaml) must give the harness
   another accuracy than the true key's direct one; the adapter's log-likelihoods must differ from the base's;
-- bad input exits 2 before lm-eval starts: a directory without config.json, an adapter without adapter_config.json.
+- bad input exits 2 before lm-eval starts: a directory without config.json, --tokenizer given a file, one with
+  config.json and a tokenizer but no weights (a run's hf/: the message names build/export_hf), an adapter without adapter_config.json, and a hub task
+  (arc_easy) whose data is not cached while the hub cannot be used (--offline, or an endpoint that refuses): one line,
+  no traceback, lm-eval never started;
+- the results land in the directory the command runs in (lm-eval/ there), not in the model's directory;
+- the example task that docs/huggingface.md runs (examples/lm_eval) runs offline and scores its 20 questions.
 
 Usage: evaluate_test.py REPO WORK_DIR
 Exit: 0 pass; 1 fail; 77 skipped (no lm_eval or peft in this Python).
@@ -38,28 +43,32 @@ except ImportError as e:
 import transformers  # noqa: E402
 
 LL_TOL = 1e-4
-TASK, WRONG = "shadowgrad_tiny_mc", "shadowgrad_tiny_mc_wrong_key"
+TASK, WRONG, EXAMPLE = "shadowgrad_tiny_mc", "shadowgrad_tiny_mc_wrong_key", "shadowgrad_example_mc"
 
 
-def evaluate(repo, args, expect=0):
-    r = subprocess.run([os.path.join(repo, "scripts", "evaluate.sh"), *args], capture_output=True, text=True,
-                       env={**os.environ, "SHADOWGRAD_VENV": sys.prefix})
+def evaluate(repo, args, expect=0, cwd=None, env=None):
+    r = subprocess.run([os.path.join(repo, "scripts", "evaluate.sh"), *args], capture_output=True, text=True, cwd=cwd,
+                       env={**os.environ, "SHADOWGRAD_VENV": sys.prefix, **(env or {})})
     if r.returncode != expect:
         sys.exit(f"FAILED: evaluate.sh {' '.join(args)} exited {r.returncode}, not {expect}\n{r.stdout[-3000:]}\n"
                  f"{r.stderr[-3000:]}")
     return r
 
 
-def harness(repo, work, name, model_dir, adapter, tasks):
-    """evaluate.sh on the tiny tasks; returns {task: (acc, {doc_id: [log-likelihood per choice]})}."""
-    out = os.path.join(work, name)
-    args = [model_dir, "--tasks", ",".join(tasks), "--include-path", TASKS, "--dtype", "float32", "--device", "cpu",
-            "--batch-size", "64", "--offline", "--log-samples", "--output", out]
+def harness(repo, work, name, model_dir, adapter, tasks, include):
+    """evaluate.sh on the tiny tasks, run in WORK/in_NAME with no --output; returns {task: (acc, {doc_id: [log-likelihood
+    per choice]})}."""
+    here = os.path.join(work, "in_" + name)
+    os.makedirs(here)
+    args = [model_dir, "--tasks", ",".join(tasks), "--include-path", include, "--dtype", "float32", "--device", "cpu",
+            "--batch-size", "64", "--offline", "--log-samples"]
     args += ["--adapter", adapter] if adapter else []
-    stdout = evaluate(repo, args).stdout
+    stdout = evaluate(repo, args, cwd=here).stdout
     results = [l.split(" ", 1)[1] for l in stdout.splitlines() if l.startswith("results: ")]
     if len(results) != 1:
         sys.exit(f"FAILED: evaluate.sh printed no 'results: PATH' line\n{stdout[-2000:]}")
+    if not results[0].startswith(os.path.join(here, "lm-eval") + os.sep):
+        sys.exit(f"FAILED: the results {results[0]} are not under lm-eval/ in the directory the command ran in ({here})")
     accs = json.load(open(results[0]))["results"]
     found = {}
     for task in tasks:
@@ -122,22 +131,49 @@ def main():
     ok &= check("a directory without config.json exits 2", "config.json" in r.stderr, r.stderr.strip())
     r = evaluate(repo, [model_dir, "--tasks", TASK, "--adapter", work], expect=2)
     ok &= check("an adapter without adapter_config.json exits 2", "adapter_config.json" in r.stderr, r.stderr.strip())
+    weights = os.path.join(model_dir, "model.safetensors")
+    r = evaluate(repo, [model_dir, "--tasks", TASK, "--tokenizer", weights], expect=2)
+    ok &= check("--tokenizer MODEL_DIR/model.safetensors exits 2 naming the directory to give",
+                f"{weights}: a file; give a tokenizer directory, the one holding it: {model_dir}" in r.stderr,
+                r.stderr.strip())
+    hf_dir = os.path.join(work, "hf")  # as a run's hf/: config.json and the tokenizer, no weights
+    os.makedirs(hf_dir)
+    for f in os.listdir(model_dir):
+        if "safetensors" not in f:
+            shutil.copy(os.path.join(model_dir, f), hf_dir)
+    r = evaluate(repo, [hf_dir, "--tasks", TASK], expect=2)
+    ok &= check("config.json and a tokenizer but no weights exits 2, pointing to build/export_hf",
+                "no weights" in r.stderr and "build/export_hf" in r.stderr, r.stderr.strip())
+    no_cache = {"HF_HOME": os.path.join(work, "empty_hf_home")}
+    for how, flags, env in (("--offline", ["--offline"], no_cache),
+                            ("a hub that refuses", [], {**no_cache, "HF_ENDPOINT": "http://127.0.0.1:9"})):
+        r = evaluate(repo, [model_dir, "--tasks", "arc_easy"] + flags, expect=2, env=env)
+        ok &= check(f"a hub task, not cached, {how}: exit 2 in one line before lm-eval starts",
+                    "arc_easy needs the Hugging Face hub" in r.stderr and "allenai/ai2_arc" in r.stderr
+                    and EXAMPLE in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "lm_eval" not in r.stdout,
+                    r.stderr.strip())
+    include = os.path.join(work, "tasks")  # the tiny tasks and the docs' example: lm-eval takes one --include_path
+    shutil.copytree(TASKS, include)
+    for f in os.listdir(os.path.join(repo, "examples", "lm_eval")):
+        shutil.copy(os.path.join(repo, "examples", "lm_eval", f), include)
 
-    cases = [("model", None, [TASK, WRONG]), ("adapter", adapter_dir, [TASK])]
-    direct_lls = {}
+    cases = [("model", None, [TASK, WRONG, EXAMPLE]), ("adapter", adapter_dir, [TASK])]
+    direct_lls, found_example = {}, None
     for name, adapter, tasks in cases:
         print(f"{name}:")
         model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         if adapter:
             model = peft.PeftModel.from_pretrained(model, adapter).eval()
         ours = direct_lls[name] = direct(model, tokenizer, docs)
-        found = harness(repo, work, name, model_dir, adapter, tasks)
+        found = harness(repo, work, name, model_dir, adapter, tasks, include)
         acc, lls = found[TASK]
         mine = accuracy(ours, key)
         ok &= check("harness accuracy against transformers'", acc == mine, f"{acc:.6f} vs {mine:.6f}")
         err = max(abs(a - b) for d in range(len(docs)) for a, b in zip(lls[d], ours[d]))
         ok &= check("every choice's log-likelihood against transformers'", err <= LL_TOL,
                     f"max abs diff {err:.2e} (limit {LL_TOL:g}) over {4 * len(docs)} choices")
+        if EXAMPLE in found:
+            found_example = found[EXAMPLE]
         if WRONG in found:
             wrong = found[WRONG][0]
             ok &= check("control: the wrong key moves the harness's accuracy", wrong != mine,
@@ -145,6 +181,12 @@ def main():
                         f"{mine:.6f})")
             ok &= check("the wrong key's accuracy equals transformers' with that key",
                         wrong == accuracy(ours, wrong_key), f"{wrong:.6f}")
+    ok &= check("the results land where the command runs, not in the model's directory",
+                not os.path.exists(os.path.join(model_dir, "lm-eval")), f"nothing under {model_dir}/lm-eval")
+    questions = sum(1 for _ in open(os.path.join(repo, "examples", "lm_eval", "example_mc.jsonl")))
+    ok &= check("the docs' example task (examples/lm_eval) runs offline over all its questions",
+                found_example is not None and len(found_example[1]) == questions == 20,
+                f"{EXAMPLE}: {found_example and len(found_example[1])} of {questions} questions scored")
     moved = max(abs(a - b) for ra, rb in zip(direct_lls["adapter"], direct_lls["model"]) for a, b in zip(ra, rb))
     ok &= check("control: the adapter changes the log-likelihoods", moved > 1e-3, f"by up to {moved:.3f}")
     if not ok:

@@ -8,9 +8,12 @@
 #   - a run directory that does not exist: "no such directory", not "no tokenizer found";
 #   - --adapter DIR that does not exist: names --adapter, not lora_restore_path (a key the user never typed);
 #   - build/generate's own refusal (--step 99) is printed once, not twice;
+#   - an adapter directory given as the model: says it is a peft adapter and shows `generate.sh BASE --adapter DIR`
+#     with the base its adapter_config.json names (it said "no tokenizer found ... give --tokenizer DIR");
+#   - --tokenizer MODEL_DIR/model.safetensors: says --tokenizer takes the model's directory, and names it;
 #   - a --prompts file whose line 2 is bad (not a prompt object; longer than the context) exits 2 naming FILE:2
 #     and writes nothing to --out; the control: two good lines give two answers.
-# Cost: 1 trainer run of the tiny model (1 step), 1 export, 12 generate runs and 6 generate.sh runs: ~30 s on 2 cores.
+# Cost: 1 trainer run of the tiny model (1 step), 1 export, 12 generate runs and 8 generate.sh runs: ~30 s on 2 cores.
 #
 # Usage: tests/generate_cli_test.sh TRAINER GENERATE
 # Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed).
@@ -77,6 +80,13 @@ script_refused "$tmp/nope: no such directory" "$tmp/nope" --prompt hi
 "$(dirname "$generate")/export_hf" "$tmp/r" "$tmp/hf" >"$tmp/export.log" 2>&1 || fail "export_hf: $(cat "$tmp/export.log")"
 script_refused "--adapter $tmp/nope: no such directory" "$tmp/hf" --tokenizer "$tmp/tok" --adapter "$tmp/nope" --prompt hi
 ! grep -q lora_restore_path "$tmp/err" || fail "--adapter's error names lora_restore_path: $(cat "$tmp/err")"
+mkdir "$tmp/adapter"  # as export_hf --adapter writes one: no config.json, no tokenizer
+echo '{"peft_type": "LORA", "base_model_name_or_path": "models/Base"}' >"$tmp/adapter/adapter_config.json"
+script_refused "$tmp/adapter: a peft adapter directory (adapter_config.json), not a model; give the base model it was trained on and the adapter: generate.sh models/Base --adapter $tmp/adapter" \
+  "$tmp/adapter" --prompt hi
+script_refused "--tokenizer $tmp/hf/model.safetensors: a file; --tokenizer takes the model's directory (the one holding tokenizer.json): --tokenizer $tmp/hf" \
+  "$tmp/hf" --tokenizer "$tmp/hf/model.safetensors" --prompt hi
+! grep -qi sentencepiece "$tmp/err" || fail "--tokenizer FILE speaks of SentencePiece: $(cat "$tmp/err")"
 script_refused "there is no checkpoint step-99" "$tmp/r" --tokenizer "$tmp/tok" --step 99 --prompt hi
 printf '%s\n' '{"prompt": "the cat sat"}' '{"text": "a dog"}' >"$tmp/bad_object.jsonl"
 script_refused "$tmp/bad_object.jsonl:2:" "$tmp/r" --tokenizer "$tmp/tok" --prompts "$tmp/bad_object.jsonl" \

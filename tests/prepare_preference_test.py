@@ -71,8 +71,9 @@ def main():
     bot = lambda text: {"role": "assistant", "content": text}
 
     # Standard text rows: the EOS ends both answers; identical answers kept and counted; the output's directory made.
-    src = jsonl(d, "std.jsonl", [{"prompt": "what is the capital of france", "chosen": "paris", "rejected": "the cat"},
-                                 "", {"prompt": "hello", "chosen": "hi", "rejected": "hi"}])
+    # prompt + answer is one string, as in TRL: each answer carries its leading space.
+    src = jsonl(d, "std.jsonl", [{"prompt": "what is the capital of france", "chosen": " paris",
+                                  "rejected": " the cat"}, "", {"prompt": "hello", "chosen": " hi", "rejected": " hi"}])
     out_path = os.path.join(d, "new", "dir", "std.pair")
     out = run([src, out_path] + tok)
     pairs = read_pairs(out_path)
@@ -109,6 +110,18 @@ def main():
     prompt2 = v("<|user|> hello <|end|> <|assistant|> hi <|end|> <|user|> what is the capital of france <|end|>")
     check(pairs == [want, (prompt2 + [asst], v("paris") + [end], v("the cat") + [end])] and "form: implicit" in out,
           "implicit prompt: the prompt is the common leading messages, the answers the last messages")
+
+    # Implicit prompt as plain text (Anthropic HH-RLHF): the prompt is the longest common prefix, less the space it
+    # ends with (TRL's extract_prompt), so a shared start of the answers ("the") joins the prompt.
+    hh = [{"chosen": "hello what is the capital of france paris", "rejected": "hello what is the capital of france the "
+                                                                             "cat"},
+          {"chosen": "hello hi the cat sat</s>", "rejected": "hello hi the dog"}]
+    out = run([jsonl(d, "hh.jsonl", hh), os.path.join(d, "hh.pair")] + tok)
+    check(read_pairs(os.path.join(d, "hh.pair")) == [(v("hello what is the capital of france"), v("paris") + [eos],
+                                                      v("the cat") + [eos]),
+                                                     (v("hello hi the"), v("cat sat") + [eos], v("dog") + [eos])]
+          and "form: implicit text" in out,
+          "implicit prompt as text: the longest common prefix is the prompt; an answer ending in the EOS keeps one")
 
     # Pre-tokenized, from a JSON list spread over lines: stored exactly as given (no EOS, no BOS), no tokenizer.
     rows = [{"prompt_ids": [5, 6], "chosen_ids": [7], "rejected_ids": [8, 9, 2**32 - 1]},
@@ -167,9 +180,11 @@ def main():
           "control: a shifted interior offset changes what is read back")
 
     # Bad rows: exit 2 naming FILE:LINE (or FILE:row N) and the field (the tokenizer only where the row needs it).
-    ok_std = {"prompt": "hello", "chosen": "hi", "rejected": "the cat"}
+    ok_std = {"prompt": "hello", "chosen": " hi", "rejected": " the cat"}
     bad_rows = [
-        ("missing.jsonl", [ok_std, "", {"prompt": "hello", "chosen": "hi"}], tok, ":3: rejected: missing"),
+        ("missing.jsonl", [ok_std, "", {"prompt": "hello", "chosen": " hi"}], tok, ":3: rejected: missing"),
+        ("glued.jsonl", [{"prompt": "hello", "chosen": "hi", "rejected": "cat"}], tok,
+         ":1: prompt: 0 tokens left: its encoding shares no token with prompt + answer"),
         ("empty.jsonl", [{"prompt": "hello", "chosen": "", "rejected": "hi"}], [], ":1: chosen: empty answer"),
         ("type.jsonl", [{"prompt": "hello", "chosen": 3, "rejected": "hi"}], [], ":1: chosen: must be a str"),
         ("notok.jsonl", [ok_std], [], ":1: prompt: text needs --tokenizer"),
@@ -179,6 +194,9 @@ def main():
         ("msg.jsonl", [dict(conv, prompt=[{"role": "user"}])], [], ":1: prompt[0].content: must be a string"),
         ("prefix.jsonl", [{"chosen": [user("hello"), bot("hi")], "rejected": [user("hi"), bot("hi")]}], [],
          ":1: chosen: no common prefix"),
+        ("hhprefix.jsonl", [{"chosen": "hello hi", "rejected": "the cat"}], tok, ":1: chosen: no common prefix"),
+        ("hhmixed.jsonl", [hh[0], {"chosen": [user("hello"), bot("hi")], "rejected": [user("hello"), bot("a")]}], tok,
+         ":2: an implicit row in a file of implicit text rows"),
         ("last.jsonl", [{"chosen": [user("hello"), bot("hi")], "rejected": [user("hello"), bot("a"), user("the")]}],
          [], ":1: rejected[2].role: 'user': the last message must be the assistant's answer"),
         ("vocab.jsonl", [{"prompt_ids": [1, 999], "chosen_ids": [2], "rejected_ids": [3]}], tok,

@@ -96,9 +96,10 @@ def main():
     v = lambda text: [vocab[w] for w in text.split()]
     tok = ["--tokenizer", os.path.join(d, "tok")]
 
-    # prompt/completion: the completion and EOS are targets.
-    src = jsonl(d, "pc.jsonl", [{"prompt": "what is the capital of france", "completion": "paris"}, "",
-                                {"prompt": "hello", "completion": "hi hi"}])
+    # prompt/completion: the completion and EOS are targets. prompt + completion is one string, as in TRL: the
+    # completion carries its leading space.
+    src = jsonl(d, "pc.jsonl", [{"prompt": "what is the capital of france", "completion": " paris"}, "",
+                                {"prompt": "hello", "completion": " hi hi"}])
     out = run([src, os.path.join(d, "pc.sft")] + tok)
     ex = read_sft(os.path.join(d, "pc.sft"))
     eos = vocab["</s>"]
@@ -179,12 +180,16 @@ def main():
     run([src, os.path.join(d, "text.sft")] + tok)
     check(read_sft(os.path.join(d, "text.sft")) == [(v("the cat sat on the mat") + [eos], [0] + [1] * 6)],
           "text: every token but the first is a target, EOS appended")
+    src_eos = jsonl(d, "text_eos.jsonl", [{"text": "the cat sat on the mat</s>"}])
+    run([src_eos, os.path.join(d, "text_eos.sft")] + tok)
+    check(read_sft(os.path.join(d, "text_eos.sft")) == read_sft(os.path.join(d, "text.sft")),
+          "text ending in the EOS: no second EOS (TRL appends it only to a text that does not end with it)")
     run([src, os.path.join(d, "textbos.sft"), "--tokenizer", os.path.join(d, "tok_bos")])
     check(read_sft(os.path.join(d, "textbos.sft")) == [([bos] + v("the cat sat on the mat") + [eos], [0] + [1] * 7)],
           "text: with a BOS, every token of the text is a target")
 
     # A JSON list and Parquet give what JSON Lines gives; the output's directory is created.
-    rows = [{"prompt": "what is the capital of france", "completion": "paris"}, {"messages": conv},
+    rows = [{"prompt": "what is the capital of france", "completion": " paris"}, {"messages": conv},
             {"input_ids": [5, 6, 7, 8], "labels": [5, -100, 7, 8]}, {"text": "the cat sat on the mat"}]
     run([jsonl(d, "mixed.jsonl", rows), os.path.join(d, "mixed.sft")] + tok)
     with open(os.path.join(d, "mixed.json"), "w") as f:
@@ -227,6 +232,13 @@ def main():
     out = run([jsonl(d, "form.jsonl", [{"question": "x"}]), os.path.join(d, "bad.sft")], expect=2)
     check(all(f in out for f in ('"completion"', '"messages"', '"conversations"', '"instruction"', '"text"',
                                  '"input_ids"')), "an unknown form lists the forms known")
+    weights = os.path.join(d, "tok", "model.safetensors")  # --tokenizer given a file of the model directory
+    open(weights, "wb").close()
+    out = run([os.path.join(d, "pc.jsonl"), os.path.join(d, "bad.sft"), "--tokenizer", weights], expect=2)
+    check(f"--tokenizer {weights}: a file; --tokenizer takes the model's directory" in out
+          and f"--tokenizer {os.path.join(d, 'tok')}" in out and "SentencePiece" not in out,
+          "--tokenizer MODEL_DIR/model.safetensors: exit 2 saying --tokenizer takes the model's directory")
+    os.remove(weights)
     src = parquet(d, "bad.parquet", [{"input_ids": [1, 2]}, {"input_ids": [1, -3]}])
     out = run([src, os.path.join(d, "bad.sft")], expect=2)
     check(src + ":row 1: input_ids[1]: -3 is not a token id" in out, "Parquet: a bad row named FILE:row N (from 0)")

@@ -162,23 +162,36 @@ def token_ids(value, field, vocab_size=None):
     return list(value)
 
 
+def common_prefix(a, b):
+    """How many leading ids A and B share (TRL's common_prefix_length)."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 # ---- the tokenizer ---------------------------------------------------------------------------------------------------
 
 class Tokenizer:
     """A Hugging Face model directory (tokenizer.json, the chat template) or a SentencePiece tokenizer.model.
-    encode(text, first): the text's ids, after the special tokens the tokenizer itself puts before a text (a BOS) when
-    FIRST; eos; vocab_size; render(messages, generation_prompt); chat(messages); continuation(prompt, answer)."""
+    encode(text): the text's ids as the tokenizer gives them, its special tokens (a BOS) included; prompt_answers(prompt,
+    answers) and chat_answers(prompt, answers): TRL's tokenize step for text and for messages; eos; vocab_size;
+    render(messages, generation_prompt); chat(messages); continuation(prompt, answer); prompts_cut: how many prompts
+    prompt_answers and chat_answers cut (their end not shared with prompt + answer)."""
 
     def __init__(self, path, who):
         self.hf = None
         self.sp = None
+        self.prompts_cut = 0
+        if os.path.isfile(path) and not path.endswith(".model"):
+            fail(f"{who}: --tokenizer {path}: a file; --tokenizer takes the model's directory (the one holding "
+                 f"tokenizer.json): --tokenizer {os.path.dirname(path) or '.'}")
         sp_file = path if os.path.isfile(path) else os.path.join(path, "tokenizer.model")
         if os.path.isdir(path) and os.path.exists(os.path.join(path, "tokenizer.json")):
             from hf_tokenizer import load_tokenizer  # the venv's transformers; tokenizer.json and the chat template
             self.hf = load_tokenizer(path)
             self.eos = self.hf.eos_token_id
             self.vocab_size = len(self.hf)
-            self.prefix = self._special_prefix(who)
         elif os.path.exists(sp_file):
             try:
                 import sentencepiece
@@ -187,26 +200,45 @@ class Tokenizer:
             self.sp = sentencepiece.SentencePieceProcessor(model_file=sp_file)
             self.eos = self.sp.eos_id() if self.sp.eos_id() >= 0 else None
             self.vocab_size = self.sp.get_piece_size()
-            self.prefix = [self.sp.bos_id()] if self.sp.bos_id() >= 0 else []
+            self.bos = [self.sp.bos_id()] if self.sp.bos_id() >= 0 else []
         else:
-            fail(f"{who}: --tokenizer {path}: neither tokenizer.json nor a SentencePiece model there")
+            fail(f"{who}: --tokenizer {path}: neither tokenizer.json nor a SentencePiece model there (--tokenizer "
+                 "takes the model's directory)")
 
-    def _special_prefix(self, who):
-        """The tokens encode(..., add_special_tokens=True) puts before the text: a BOS, whether add_bos_token or the
-        post-processor (Llama 3's <|begin_of_text|>) adds it. What it appends after the text (an EOS) is left out:
-        the callers append the EOS where TRL does."""
-        probe = "hello"
-        plain = list(self.hf.encode(probe, add_special_tokens=False))
-        full = list(self.hf.encode(probe, add_special_tokens=True))
-        for at in range(len(full) - len(plain) + 1):
-            if full[at: at + len(plain)] == plain:
-                return full[:at]
-        fail(f"{who}: the tokenizer's encode(add_special_tokens=True) does not contain its plain encoding; cannot "
-             "tell which special tokens it adds")
+    def encode(self, text):
+        """TEXT's ids as TRL's tokenize step gets them: the tokenizer called on the whole string, with the special
+        tokens it adds itself (a BOS, whether add_bos_token or the post-processor adds it); a SentencePiece model's
+        BOS when it has one."""
+        if self.hf:
+            return list(self.hf(text=text)["input_ids"])
+        return self.bos + list(self.sp.encode(text))
 
-    def encode(self, text, first):
-        ids = self.hf.encode(text, add_special_tokens=False) if self.hf else self.sp.encode(text)
-        return (list(self.prefix) if first else []) + list(ids)
+    def with_eos(self, text):
+        """TEXT's ids with the EOS at the end, as TRL adds it: appended to the text unless the text already ends with
+        it (a SentencePiece model does not read its EOS from text: the id is appended)."""
+        if self.sp:
+            return self.encode(text) + ([self.eos] if self.eos is not None else [])
+        eos = self.hf.eos_token
+        return self.encode(text if not eos or text.endswith(eos) else text + eos)
+
+    def prompt_answers(self, prompt, answers):
+        """(prompt ids, [answer ids]) as TRL 1.16's tokenize step splits text rows (DPOTrainer; SFTTrainer's
+        prompt/completion): the prompt and each prompt + answer (EOS added as in with_eos) encoded as one string; the
+        prompt keeps the tokens its own encoding shares with every joint one, and each answer is the rest of its joint
+        encoding. Where the prompt's last tokens merge with the answer's first (a prompt ending in a space, under a
+        byte-level BPE), they are left out of the prompt, as in TRL, and counted in prompts_cut."""
+        return self._split(self.encode(prompt), [self.with_eos(prompt + a) for a in answers])
+
+    def chat_answers(self, prompt, answers, field):
+        """(prompt ids, [answer ids]) as TRL 1.16 splits conversational rows: the prompt rendered with the generation
+        prompt, each prompt + answer rendered whole, split where the renderings diverge (a template that renders the
+        prompt alone differently, as Qwen3's empty think block, leaves that end out of the prompt, as in TRL)."""
+        return self._split(self.render(prompt, True, field), [self.render(prompt + a, False, field) for a in answers])
+
+    def _split(self, head, joint):
+        n = min(common_prefix(head, j) for j in joint)
+        self.prompts_cut += n < len(head)
+        return head[:n], [j[n:] for j in joint]
 
     def render(self, turns, generation_prompt, field):
         """The chat template's token ids for TURNS (with the assistant header after them when GENERATION_PROMPT)."""
@@ -216,9 +248,9 @@ class Tokenizer:
         return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
     def continuation(self, prompt, answer, field):
-        """(prompt ids, answer ids) as TRL splits a conversational pair: the prompt rendered with the generation
-        prompt, and what rendering prompt + answer adds after it. A template whose rendering of the prompt is not a
-        prefix of the whole is refused (pre-tokenize instead)."""
+        """(prompt ids, answer ids) for an assistant turn of a conversation: the turns before it rendered with the
+        generation prompt, and what rendering them with the turn adds after it. A template whose rendering of the
+        turns before is not a prefix of the whole is refused (pre-tokenize instead)."""
         head = self.render(prompt, True, field) if prompt else []
         whole = self.render(prompt + answer, False, field)
         if whole[: len(head)] != head:

@@ -52,6 +52,19 @@ def has_tokenizer(d):
     return d and any(os.path.exists(os.path.join(d, n)) for n in ("tokenizer.json", "tokenizer_config.json"))
 
 
+def is_adapter(d):
+    """A peft adapter directory: adapter_config.json, and neither a model's config.json nor a run's config.yml."""
+    return (os.path.isfile(os.path.join(d, "adapter_config.json"))
+            and not any(os.path.isfile(os.path.join(d, n)) for n in ("config.json", "config.yml")))
+
+
+def adapter_base(d):
+    """The base model an adapter names (adapter_config.json's base_model_name_or_path), or BASE_MODEL_DIR."""
+    from hf_tokenizer import json_key
+    base = json_key(os.path.join(d, "adapter_config.json"), "base_model_name_or_path")
+    return base if isinstance(base, str) and base else "BASE_MODEL_DIR"
+
+
 def tokenizer_dir(args):
     """The first directory holding a Hugging Face tokenizer: --tokenizer; the adapter's; a run's hf/ (what it carried
     from load_parameters_path) or that directory itself; a model directory itself."""
@@ -289,6 +302,13 @@ def main():
                        ("--prompts ", args.prompts)):
         if path and not os.path.exists(path):
             raise BadInput(f"{what}{path}: no such {'file' if what == '--prompts ' else 'directory'}")
+    if args.tokenizer and os.path.isfile(args.tokenizer):
+        raise BadInput(f"--tokenizer {args.tokenizer}: a file; --tokenizer takes the model's directory (the one holding "
+                       f"tokenizer.json): --tokenizer {os.path.dirname(args.tokenizer) or '.'}")
+    if is_adapter(args.source):
+        raise BadInput(f"{args.source}: a peft adapter directory (adapter_config.json), not a model; give the base "
+                       f"model it was trained on and the adapter: generate.sh {adapter_base(args.source)} --adapter "
+                       f"{args.source} ...")
     if args.adapter and not os.path.isfile(os.path.join(args.adapter, "adapter_config.json")):
         raise BadInput(f"--adapter {args.adapter}: no adapter_config.json in it (a peft adapter directory holds "
                        "adapter_config.json and adapter_model.safetensors)")

@@ -9,13 +9,18 @@ import json
 import os
 
 
+def json_key(path, key):
+    """The value of KEY in the JSON object at PATH, or None when the file, the object or the key is not there."""
+    try:
+        with open(path) as f:
+            return json.load(f).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def load_tokenizer(path):
     import transformers
-    try:
-        with open(os.path.join(path, "tokenizer_config.json")) as f:
-            name = json.load(f).get("tokenizer_class")
-    except (OSError, ValueError, AttributeError):
-        name = None
+    name = json_key(os.path.join(path, "tokenizer_config.json"), "tokenizer_class")
     cls = getattr(transformers, name, None) if isinstance(name, str) else None
     if cls is None or not hasattr(cls, "from_pretrained"):
         cls = transformers.AutoTokenizer

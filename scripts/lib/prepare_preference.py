@@ -4,13 +4,16 @@
 Usage: prepare_preference.py IN OUT [--tokenizer MODEL_DIR] [--max-length N] [--long truncate|drop]
   IN: JSON Lines, a JSON list of objects, or Parquet. The rows' form is that of the first row, as TRL detects it per
   dataset:
-    standard        {"prompt": TEXT, "chosen": TEXT, "rejected": TEXT}: the prompt with the BOS the tokenizer adds,
-                    each answer with the tokenizer's EOS appended (as TRL does)
+    standard        {"prompt": TEXT, "chosen": TEXT, "rejected": TEXT}: tokenized as TRL 1.16 does, the prompt and each
+                    prompt + answer as one string (the EOS appended to an answer that does not end with it); the
+                    prompt is the tokens its encoding shares with both joint ones, an answer the rest of its own
     conversational  {"prompt": [messages], "chosen": [assistant messages], "rejected": [assistant messages]}: the
-                    prompt through the chat template with the generation prompt; an answer is what the template adds
-                    after it
+                    prompt through the chat template with the generation prompt; an answer is the rest of prompt +
+                    answer rendered whole, from where the two renderings part (TRL 1.16's split)
     implicit        {"chosen": [messages], "rejected": [messages]}: whole conversations; the prompt is their common
-                    leading messages, and the last message of each must be the assistant's answer
+                    leading messages, and the last message of each must be the assistant's answer;
+                    {"chosen": TEXT, "rejected": TEXT} (Anthropic HH-RLHF): the prompt is their longest common prefix
+                    (TRL's extract_prompt), then as standard
     pre-tokenized   {"prompt_ids": [...], "chosen_ids": [...], "rejected_ids": [...]}: stored exactly as given
   --tokenizer MODEL_DIR  a Hugging Face model directory (tokenizer.json, chat template) or a SentencePiece model;
                          not needed for pre-tokenized rows (with it, their ids are checked against its vocabulary)
@@ -36,7 +39,8 @@ HEADER_BYTES = 64
 ANSWERS = ("chosen", "rejected")
 FORMS = ('standard {"prompt": text, "chosen": text, "rejected": text}; conversational {"prompt": [messages], '
          '"chosen": [messages], "rejected": [messages]}; implicit prompt {"chosen": [messages], "rejected": '
-         '[messages]}; pre-tokenized {"prompt_ids", "chosen_ids", "rejected_ids"}')
+         '[messages]} or {"chosen": text, "rejected": text}; pre-tokenized {"prompt_ids", "chosen_ids", '
+         '"rejected_ids"}')
 
 
 def form_of(row):
@@ -46,9 +50,20 @@ def form_of(row):
         return "pre-tokenized"
     if "chosen" in row or "rejected" in row:
         if "prompt" not in row:
-            return "implicit"
+            return "implicit text" if isinstance(row.get("chosen"), str) else "implicit"
         return "conversational" if isinstance(row["prompt"], list) else "standard"
     raise BadRow(None, f"unknown form (keys {sorted(row)}); the forms known: {FORMS}")
+
+
+def text_ids(tok, prompt, answers):
+    """TRL's tokenize step for text: prompt + answer encoded as one string (Tokenizer.prompt_answers)."""
+    if tok is None:
+        raise BadRow("prompt", "text needs --tokenizer MODEL_DIR")
+    p, ids = tok.prompt_answers(prompt, answers)
+    if prompt and not p:
+        raise BadRow("prompt", "0 tokens left: its encoding shares no token with prompt + answer, which is one string "
+                               "(does the answer start with the space or newline that separates it?)")
+    return [p] + ids
 
 
 def text_pair(row, tok):
@@ -57,22 +72,42 @@ def text_pair(row, tok):
     for k, a in zip(ANSWERS, answers):
         if not a:
             raise BadRow(k, "empty answer")
-    if tok is None:
-        raise BadRow("prompt", "text needs --tokenizer MODEL_DIR")
-    eos = [tok.eos] if tok.eos is not None else []
-    return [tok.encode(prompt, True)] + [tok.encode(a, False) + eos for a in answers]
+    return text_ids(tok, prompt, answers)
+
+
+def extract_prompt(chosen, rejected):
+    """TRL 1.16's extract_prompt on text (Anthropic HH-RLHF's rows): the prompt is the longest common prefix, less a
+    space it ends with (the space starts both answers); when one text is a prefix of the other, the shorter one's
+    last character is its answer, as TRL's loop leaves it."""
+    n = min(len(chosen), len(rejected))
+    for at in range(n):
+        if chosen[at] != rejected[at]:
+            if at == 0:
+                raise BadRow("chosen", "no common prefix with \"rejected\": an implicit-prompt pair's texts start "
+                                       "with the same prompt")
+            if chosen[at - 1] == " ":
+                at -= 1
+            break
+    return chosen[:at], [chosen[at:], rejected[at:]]
+
+
+def implicit_text_pair(row, tok):
+    answers = [need(row, k) for k in ANSWERS]
+    for k, a in zip(ANSWERS, answers):
+        if not a:
+            raise BadRow(k, "empty text")
+    prompt, answers = extract_prompt(*answers)
+    if not prompt:
+        raise BadRow("chosen", "a text of one character: no prompt before the answer")
+    return text_ids(tok, prompt, answers)
 
 
 def chat_pair(tok, prompt, answers):
-    """The prompt's ids and each answer's, as TRL splits them: what the template adds after the prompt's rendering
-    with the generation prompt."""
+    """The prompt's ids and each answer's, as TRL 1.16 splits them (Tokenizer.chat_answers)."""
     if tok is None:
         raise BadRow("prompt", "messages need --tokenizer MODEL_DIR")
-    out = []
-    for k, a in zip(ANSWERS, answers):
-        p, ids = tok.continuation(prompt, a, k)
-        out.append(ids)
-    return [p] + out
+    p, ids = tok.chat_answers(prompt, answers, "prompt")
+    return [p] + ids
 
 
 def conversational_pair(row, tok):
@@ -110,14 +145,15 @@ def tokenized_pair(row, tok):
 
 
 PAIR = {"standard": text_pair, "conversational": conversational_pair, "implicit": implicit_pair,
-        "pre-tokenized": tokenized_pair}
+        "implicit text": implicit_text_pair, "pre-tokenized": tokenized_pair}
 
 
 def pair(row, file_form, tok):
     """(prompt, chosen, rejected) token ids of one row, and its form."""
     form = form_of(row)
     if file_form and form != file_form:
-        raise BadRow(None, f"a {form} row in a file of {file_form} rows (the form is the first row's)")
+        article = "an" if form[0] in "aeiou" else "a"
+        raise BadRow(None, f"{article} {form} row in a file of {file_form} rows (the form is the first row's)")
     prompt, chosen, rejected = PAIR[form](row, tok)
     names = ("prompt_ids", "chosen_ids", "rejected_ids") if form == "pre-tokenized" else ("prompt",) + ANSWERS
     if not prompt:
@@ -176,6 +212,10 @@ def main():
     print(f"lengths (prompt + answer): min {min(lengths)}, median {int(np.median(lengths))}, max {max(lengths)} "
           f"tokens; prompts: min {min(prompt_lengths)}, max {max(prompt_lengths)}; largest token id {max_id} "
           f"(vocab_size must be > {max_id})")
+    if tok is not None and tok.prompts_cut:
+        print(f"prompts cut: {tok.prompts_cut} (the prompt's own encoding and prompt + answer part before its end: a "
+              "prompt ending in a space under a byte-level BPE, or a chat template that renders a prompt alone "
+              "otherwise; the answer starts where they part, as in TRL)")
     print(f"truncated: {truncated}" + (f" (to --max-length {a.max_length})" if truncated else ""))
     print(f"dropped: {sum(dropped.values())}" + "".join(f"; {v} {k}" for k, v in sorted(dropped.items())))
 

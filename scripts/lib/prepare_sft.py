@@ -3,13 +3,15 @@
 
 Usage: prepare_sft.py IN OUT [--tokenizer MODEL_DIR] [--max-length N] [--long truncate|drop]
   IN: JSON Lines, a JSON list of objects, or Parquet. Each row in any of these forms (blank lines are skipped):
-    {"prompt": ..., "completion": ...}          the completion is the target; both text, or (TRL's conversational
+    {"prompt": ..., "completion": ...}          the completion is the target; both text (prompt + completion encoded
+                                                 as one string, as TRL 1.16 does), or (TRL's conversational
                                                  prompt/completion) both lists of messages through the chat template
     {"instruction": ..., "input": ..., "output": ...}   Alpaca; rendered with Alpaca's prompt, the output the target
     {"messages": [{"role": ..., "content": ...}, ...]}  through the tokenizer's chat template; assistant turns are
                                                  the targets, every other token is prompt
     {"conversations": [{"from": ..., "value": ...}, ...]}  ShareGPT (human/gpt/system), as "messages"
-    {"text": ...}                                continued pretraining: every token a target, the EOS appended
+    {"text": ...}                                continued pretraining: every token a target, the EOS appended (unless
+                                                 the text ends with it)
     {"input_ids": [...], "labels": [...]}       pre-tokenized; labels aligned with input_ids as in transformers
                                                  (-100: not a target; otherwise labels[i] == input_ids[i], predicted
                                                  from position i-1); labels may be omitted (every token a target)
@@ -53,9 +55,9 @@ def text_tokens(tok, field):
 
 
 def prompt_completion(tok, prompt, completion, field):
-    """The prompt encoded with the tokenizer's own leading special tokens; the completion and the EOS are targets."""
-    p = text_tokens(tok, field).encode(prompt, True)
-    c = tok.encode(completion, False) + ([tok.eos] if tok.eos is not None else [])
+    """As TRL 1.16's SFTTrainer tokenizes prompt/completion text: prompt + completion (the EOS appended unless it ends
+    with it) encoded as one string; the targets start where it parts from the prompt's own encoding."""
+    p, (c,) = text_tokens(tok, field).prompt_answers(prompt, [completion])
     return p + c, [0] * len(p) + [1] * len(c)
 
 
@@ -117,12 +119,12 @@ def example(obj, tok):
             raise BadRow("completion", "empty (nothing to train on)")
         if tok is None:
             raise BadRow("prompt", "messages need --tokenizer MODEL_DIR")
-        p, c = tok.continuation(prompt, answer, "completion")
+        p, (c,) = tok.chat_answers(prompt, [answer], "completion")
         return p + c, [0] * len(p) + [1] * len(c), "conversational prompt/completion"
     if "prompt" in obj:
         return (*prompt_completion(tok, need(obj, "prompt"), need(obj, "completion"), "prompt"), "prompt/completion")
     if "text" in obj:
-        ids = text_tokens(tok, "text").encode(need(obj, "text"), True) + ([tok.eos] if tok.eos is not None else [])
+        ids = text_tokens(tok, "text").with_eos(need(obj, "text"))
         return ids, [1] * len(ids), "text"
     raise BadRow(None, f"unknown form (keys {sorted(obj)}); the forms known: {FORMS}")
 
@@ -180,6 +182,10 @@ def main():
           f"({100.0 * targets / len(ids):.1f}%); forms: " + ", ".join(f"{k} {v}" for k, v in sorted(forms.items())))
     print(f"lengths: min {lengths.min()}, median {int(np.median(lengths))}, max {lengths.max()} tokens; "
           f"largest token id {max_id} (vocab_size must be > {max_id})")
+    if tok is not None and tok.prompts_cut:
+        print(f"prompts cut: {tok.prompts_cut} (the prompt's own encoding and prompt + completion part before its "
+              "end: a prompt ending in a space under a byte-level BPE, or a chat template that renders a prompt alone "
+              "otherwise; the targets start where they part, as in TRL)")
     print(f"truncated: {truncated}" + (f" (to --max-length {a.max_length})" if truncated else ""))
     print(f"dropped: {sum(dropped.values())}" + "".join(f"; {v} {k}" for k, v in sorted(dropped.items())))
 
