@@ -461,6 +461,17 @@ if ((ngpu >= 2)) && [[ -x $trainer ]]; then
   gain=$(awk -v a="${overlap_tps[true]}" -v b="${overlap_tps[false]}" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%+.1f %%", (a / b - 1) * 100; else print "n/a"}')
   notes+=("**Overlap gain** (2 GPUs of $ngpu, big model, one run each): tokens/s with overlap_gradient_reduction=true / false - 1 = $gain (${overlap_tps[true]} vs ${overlap_tps[false]} tokens/s).")
   row "overlap gain" "" "" "$gain"
+  # ZeRO-2 on NCCL (docs/distributed.md, "Sharded training"): the same big-model run with the carry sharded.
+  # shellcheck disable=SC2046 # trainer_keys is a list of key=value words
+  run_phase "2 GPUs, shard_gradients_over_data=true" 120 "$logs/zero2.log" \
+    env TORCHRUN="$torchrun" TRAINER="$trainer" "$root/scripts/launch.sh" --nproc 2 "$root/configs/seed.yml" \
+    $(trainer_keys "$big") hardware="$hardware" dtype=bfloat16 per_device_batch_size="${big_batch[0]}" \
+    gradient_accumulation_steps="${big_batch[1]}" steps="${big_batch[2]}" log_period=1 synthetic_min_length_fraction=1 \
+    enable_checkpointing=false shard_optimizer_over_data=true shard_gradients_over_data=true \
+    base_output_directory="$logs/runs" run_name="zero2"
+  n="n/a n/a 0"
+  [[ -f $logs/runs/zero2/metrics.jsonl ]] && n=$(numbers trainer "$logs/runs/zero2/metrics.jsonl" "${big_batch[3]}")
+  row "2 GPUs, ZeRO-2" "$ph_status" "$ph_s" "big model; tokens/s, peak MiB, steps kept: $n$( ((ph_rc && ph_rc != 99)) && echo "; $(why_failed "$logs/zero2.log")")"
 else
   notes+=("**Overlap gain: not measured.** It needs 2 GPUs or more (NCCL puts no two ranks on one GPU); this machine has $ngpu.")
   row "overlap gain" "needs 2 GPUs" 0 "found $ngpu"
