@@ -34,7 +34,7 @@ void ShadowState::hand_to_sink(size_t i, const at::Tensor& grad) {
   RECORD_FUNCTION("shadowgrad::fold", std::vector<c10::IValue>());
   Timer timer{*this};
   if (measure) add_micro(i, squared_norm(grad));  // this process's microbatch, before the reduction
-  sink(i, grad);
+  sink(i, grad, /*fresh=*/false);
 }
 
 void ShadowState::fold_now(size_t i, const at::Tensor& grad, bool reduced) {
@@ -81,7 +81,7 @@ void ShadowState::fold_rows_now(size_t i, const at::Tensor& index, const at::Ten
     RECORD_FUNCTION("shadowgrad::fold", std::vector<c10::IValue>());
     Timer timer{*this};
     if (measure) add_micro(i, squared_norm(sums));
-    sink(i, at::zeros(params[i].sizes(), sums.options()).index_copy_(0, unique, sums));
+    sink(i, at::zeros(params[i].sizes(), sums.options()).index_copy_(0, unique, sums), /*fresh=*/true);
     return;
   }
   if (!reference.empty()) add_rows_nearest(reference[i], unique, sums);
@@ -258,7 +258,7 @@ RoundingLoss ShadowAccumulator::rounding_loss() const { return state_->loss; }
 void ShadowAccumulator::set_fold_observer(std::function<void(size_t)> observer) {
   state_->observer = std::move(observer);
 }
-void ShadowAccumulator::set_fold_sink(std::function<void(size_t, const at::Tensor&)> sink) {
+void ShadowAccumulator::set_fold_sink(std::function<void(size_t, const at::Tensor&, bool)> sink) {
   if (sink && !state_->pieces)
     throw std::logic_error("ShadowAccumulator::set_fold_sink: only an accumulator built with ranges hands its folds on");
   state_->sink = std::move(sink);

@@ -89,9 +89,10 @@ class ShadowAccumulator {
   // ran the fold (autograd's): e.g. to start a bucket's reduction once its parameters are complete
   // (distributed/OverlappedReduce.h). An empty function removes it.
   void set_fold_observer(std::function<void(size_t)> observer);
-  // Built with ranges: receives each gradient whole (any float dtype; the embedding's rows as a dense tensor), with
-  // the parameter's position, on autograd's thread, after microbatch_sq_norms() took its norm.
-  void set_fold_sink(std::function<void(size_t param, const at::Tensor& grad)> sink);
+  // Built with ranges: receives each gradient whole (any float dtype; the embedding's rows as a dense fp32 tensor),
+  // with the parameter's position, on autograd's thread, after microbatch_sq_norms() took its norm. `fresh`: the
+  // tensor was made for the sink alone (the dense rows), which may keep and overwrite it instead of copying it.
+  void set_fold_sink(std::function<void(size_t param, const at::Tensor& grad, bool fresh)> sink);
   // Folds the reduced `piece` (the sum over processes of this range of a microbatch's gradient, 1-D, the shadow's
   // length) into shadows()[param]: fp32 math rounded once, as fold does. Inside begin()/end() only.
   void fold_piece(size_t param, const at::Tensor& piece);

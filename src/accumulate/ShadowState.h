@@ -99,7 +99,7 @@ struct ShadowState {
   // ShadowAccumulator(params, dtype, ranges): each shadow is the 1-D piece of its parameter that this process owns;
   // every gradient goes to `sink` whole, which folds the reduced pieces back through fold_reduced.
   bool pieces = false;
-  std::function<void(size_t, const at::Tensor&)> sink;
+  std::function<void(size_t, const at::Tensor&, bool)> sink;
   std::function<double(double)> norm_reducer;  // the sum of every process's squared norm
   void mark_all_stale() { stale.assign(shadows.size(), 1); }
   void settle();

@@ -47,9 +47,9 @@ ShardedFold::ShardedFold(Communicator& comm, accumulate::ShadowAccumulator& acc,
   next_ = buckets() - 1;
   // The sink outlives neither side silently: this object may go before the accumulator (a new DataParallel), or
   // after it (the accumulator's TrainStep first): so the sink holds a handle, emptied here, and never touches acc_.
-  acc_.set_fold_sink([self = self_](size_t param, const at::Tensor& grad) {
+  acc_.set_fold_sink([self = self_](size_t param, const at::Tensor& grad, bool fresh) {
     if (!*self) throw std::logic_error("ShardedFold: a gradient arrived after the sharded fold was destroyed");
-    (*self)->receive(param, grad);
+    (*self)->receive(param, grad, fresh);
   });
 }
 
@@ -57,7 +57,7 @@ ShardedFold::~ShardedFold() { *self_ = nullptr; }
 
 bool ShardedFold::serves(const accumulate::ShadowAccumulator& acc) const { return acc.serial() == serial_; }
 
-void ShardedFold::receive(size_t param, const at::Tensor& grad) {
+void ShardedFold::receive(size_t param, const at::Tensor& grad, bool fresh) {
   at::NoGradGuard no_grad;
   if (!in_backward_) throw std::logic_error("ShardedFold: a gradient arrived outside before_backward()/finish()");
   const int64_t b = bucket_of_[param];
@@ -66,8 +66,15 @@ void ShardedFold::receive(size_t param, const at::Tensor& grad) {
                                        "(more gradients in this backward than in the one before)",
                                        param, b));
   at::Tensor& buffer = buffers_[size_t(b)];
-  if (!buffer.defined()) buffer = at::zeros({bucket_len_[size_t(b)]}, grad.options().dtype(at::kFloat));
-  buffer.narrow(0, first_[param] - bucket_begin_[size_t(b)], grad.numel()).view(grad.sizes()).add_(grad);
+  // A parameter alone in its bucket whose dense gradient was made for the sink (the embedding's rows): that tensor
+  // becomes the bucket, so the largest gradient is not held twice.
+  if (!buffer.defined() && fresh && grad.scalar_type() == at::kFloat && grad.is_contiguous() &&
+      grad.numel() == bucket_len_[size_t(b)]) {
+    buffer = grad.view({-1});
+  } else {
+    if (!buffer.defined()) buffer = at::zeros({bucket_len_[size_t(b)]}, grad.options().dtype(at::kFloat));
+    buffer.narrow(0, first_[param] - bucket_begin_[size_t(b)], grad.numel()).view(grad.sizes()).add_(grad);
+  }
   ++arrived_[param];
   while (next_ >= 0 && ready(next_)) {
     send(next_--);

@@ -57,7 +57,7 @@ class ShardedFold {
     at::Tensor buffer;
     PendingCollective work;
   };
-  void receive(size_t param, const at::Tensor& grad);
+  void receive(size_t param, const at::Tensor& grad, bool fresh);
   bool ready(int64_t bucket) const;
   void send(int64_t bucket);
   void retire_oldest();
