@@ -278,19 +278,19 @@ TEST_CASE("the label-smoothed sigmoid loss and the rewards equal their formulas"
 
 namespace {
 
-const c10::Device kCpu(c10::kCPU);
+const c10::Device kPairCpu(c10::kCPU);
 
 // The reference of `source` (and `eval`) prepared in `dir` by a pass of its own, with no process group.
 void prepare_reference(const config::Config& c, data::PairSource& source, model::Decoder& model,
                        const std::string& dir, bool resumed, data::PairSource* eval = nullptr) {
   const train::StopSignals signals;
-  train::ReferencePass ref(c, source, eval, c.per_device_batch_size, model, kCpu, nullptr, signals);
+  train::ReferencePass ref(c, source, eval, c.per_device_batch_size, model, kPairCpu, nullptr, signals);
   ref.prepare(dir, resumed, true);
 }
 
 // Step 1 (step 0 of TrainStep) on `source` with `model`: its loss and preference sums.
 train::Accumulated first_step(const config::Config& c, const data::PairSource& source, model::Decoder& model) {
-  train::TrainStep step(train::StepOptions::from_config(c), model, source, kCpu);
+  train::TrainStep step(train::StepOptions::from_config(c), model, source, kPairCpu);
   return step.accumulate_batch(0);
 }
 
@@ -382,12 +382,12 @@ TEST_CASE("step 1's rewards are exactly 0 in bf16, packed and unpacked: the refe
     // The control: the same pairs scored in other rows (file order, all in one packed batch) give other bf16 sums.
     at::NoGradGuard no_grad;
     const data::PairBatch all = source->pairs_in_file_order(0, 8);
-    const at::Tensor other = train::answer_scores(model, all, kCpu, c.loss_chunk_tokens, c.fused_kernels).logps;
+    const at::Tensor other = train::answer_scores(model, all, kPairCpu, c.loss_chunk_tokens, c.fused_kernels).logps;
     CHECK(!at::equal(other, all.reference));
   }
 }
 
-TEST_CASE("use_dpo switches lora_dropout off (learning_rate=0: step 1 is log 2, the margin 0); "
+TEST_CASE("use_dpo switches lora_dropout off (learning_rate=0: step 1 is log 2, the margin 0), and "
           "dpo_disable_dropout=false keeps it",
           "[preference][lora]") {
   auto c = pair_config(pair_file("dropout", ragged_pairs(8, 3)), true);

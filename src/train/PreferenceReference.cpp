@@ -391,7 +391,7 @@ void ReferencePass::prepare(const std::string& run_dir, bool resumed, bool write
     // Rank 0 reads the file and decides; the others get its decision and values. -1: refused (rank 0 throws).
     enum Action { refused = -1, compute = 0, use = 1, resume_pass = 2 };
     Stored st = set->fresh(0);
-    double action = compute;
+    int action = compute;
     std::string refusal;
     if (reader) {
       Stored stored;
@@ -438,11 +438,11 @@ void ReferencePass::prepare(const std::string& run_dir, bool resumed, bool write
       if (!refusal.empty()) action = refused;
     }
     // Share the decision and the values held so far: [action, done..., logps...].
-    std::vector<double> shared = {action};
+    std::vector<double> shared = {double(action)};
     shared.insert(shared.end(), st.done.begin(), st.done.end());
     shared.insert(shared.end(), st.logps.begin(), st.logps.end());
     shared = from_rank0(dp_, std::move(shared));
-    action = shared[0];
+    action = int(shared[0]);
     if (action == refused) {
       if (reader) throw DataError(refusal);
       throw DataError(fmt::format("rank 0 refused {} (its log says why)", path));
