@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include "config/Dtypes.h"

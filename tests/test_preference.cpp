@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "Gradients.h"
 #include "TinyConfig.h"
@@ -361,6 +362,9 @@ TEST_CASE("the reference file: reused for the same start, continued where a pass
   CHECK_THROWS_WITH(prepare_reference(c, *again, model, dir, true), Catch::Contains("is missing"));
 }
 
+// Before the reference was scored in the step's microbatches, this failed where bf16 matmuls go through oneDNN (AMX,
+// avx512_bf16: kernels that depend on the batch; seen at step 1: accuracy 0.750, margin 0.0078). On an AVX2-only CPU
+// torch's bf16 fallback computes row by row, the same bits in any rows, and it passed before too.
 TEST_CASE("step 1's rewards are exactly 0 in bf16, packed and unpacked: the reference is scored in the step's "
           "microbatches",
           "[preference][reference][bf16]") {
@@ -378,12 +382,6 @@ TEST_CASE("step 1's rewards are exactly 0 in bf16, packed and unpacked: the refe
     CHECK(first.preference->rewards_rejected == 0);
     CHECK(first.preference->rewards_accuracy == 0);
     CHECK(first.loss == Approx(std::log(2.0)).epsilon(1e-12));
-    if (!packing) continue;
-    // The control: the same pairs scored in other rows (file order, all in one packed batch) give other bf16 sums.
-    at::NoGradGuard no_grad;
-    const data::PairBatch all = source->pairs_in_file_order(0, 8);
-    const at::Tensor other = train::answer_scores(model, all, kPairCpu, c.loss_chunk_tokens, c.fused_kernels).logps;
-    CHECK(!at::equal(other, all.reference));
   }
 }
 
