@@ -2,7 +2,7 @@
 # Intent: what the preference reference pass costs (docs/preference.md, "The reference").
 #   1. pairs/s of the pass against a training step's forward at the same microbatch: build/reference_bench on random
 #      pairs (64 pairs of 16 + 24 + 24 tokens, microbatches of 4, packed) at a small shape (emb 256, 4 layers, vocab
-#      4096, fp32), ROUNDS times, alternating nothing else;
+#      4096, fp32), ROUNDS times;
 #   2. the start-up fingerprint of the starting weights at the TinyLlama-1.1B shape (emb 2048, 22 layers, 32 heads / 4
 #      kv, MLP 5632, vocab 32000; fp32, 4.4 GB), 3 times, with the earlier byte-by-byte FNV-1a once.
 # Cost: part 1 ~10 s a round on 2 cores; part 2 ~1 min (building the 1.1 B model's random weights is most of it) and
