@@ -5,12 +5,13 @@
 #     and eval_on_start's step-0 line has every eval reward exactly 0; a resume keeps that line and writes no other;
 #   - the pass shards: 2 processes write bitwise the file 1 process writes, each scoring half the microbatches;
 #   - Ctrl-C during the pass (held by the SHADOWGRAD_TEST_HOLD_REFERENCE seam, which announces it) exits 130 within
-#     the microbatch and keeps what was scored; the same command continues it to bitwise the straight run's file;
+#     the microbatch and keeps what was scored; the same command continues it to bitwise the straight run's file; on 2
+#     processes, a SIGINT to rank 0 stops rank 1 too (143), and the rerun continues from the 4 microbatches kept;
 #   - kill -9 during the pass: the same command starts the run again (exit 0), not "already exists" (exit 2);
 #   - eval switched off at a resume, and on (its reference from the starting weights, bitwise the file a run with eval
 #     from the start wrote); on, with other starting weights (init_weights_seed), exits 2 saying why;
 #   - a pair counts as two sequences: tokens_seen, the start and eval logs.
-# Cost: ~20 trainer runs of the tiny model (2 layers, 32 wide) of 1-6 steps, 2 of them on 2 processes: ~60 s on 2 cores.
+# Cost: ~22 trainer runs of the tiny model (2 layers, 32 wide) of 1-6 steps, 4 of them on 2 processes: ~70 s on 2 cores.
 #
 # Usage: tests/preference_pass_test.sh TRAINER COMPARE_RUNS
 # Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed).
@@ -100,6 +101,36 @@ grep -q "2 already scored in" "$tmp/interrupted.log" || fail "the rerun did not 
 cmp "$runs/one/reference_logps.bin" "$runs/interrupted/reference_logps.bin" ||
   fail "a pass stopped and continued differs from the straight run's"
 [[ $(field interrupted 1 rewards_chosen) == 0.0 ]] || fail "after a continued pass step 1's rewards are not 0"
+
+echo "== Ctrl-C to rank 0 of 2 during the pass: both stop (130 and 143), 4 microbatches kept; the same command continues"
+port=$(free_port)
+for r in 0 1; do
+  hold=()
+  ((r == 0)) && hold=(SHADOWGRAD_TEST_HOLD_REFERENCE=2)  # rank 1 waits for rank 0 in the pass's stop check
+  env "${hold[@]}" RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" \
+    "${pref[@]}" learning_rate=0.5 gradient_accumulation_steps=1 "${eval_keys[@]}" steps=3 checkpoint_period=3 \
+    run_name=two_stopped >"$tmp/two_stopped_$r.held.log" 2>&1 &
+  rank_pids[$r]=$!
+  started+=($!)
+done
+for ((tries = 0; tries < 600; tries++)); do
+  grep -q "reference pass held after 2 microbatches" "$tmp/two_stopped_0.held.log" && break
+  sleep 0.1
+done
+kill -INT "${rank_pids[0]}"
+for r in 0 1; do
+  rc=0
+  wait "${rank_pids[$r]}" || rc=$?
+  rank_rc[$r]=$rc
+done
+((rank_rc[0] == 130 && rank_rc[1] == 143)) ||
+  { cat "$tmp"/two_stopped_*.held.log >&2; fail "ranks exited ${rank_rc[*]}, not 130 and 143"; }
+grep -q "stopped by another process's signal during the reference pass, 4 of 12" "$tmp/two_stopped_1.held.log" ||
+  fail "rank 1 does not say that rank 0's signal stopped it"
+run two_stopped 2 3 learning_rate=0.5 gradient_accumulation_steps=1 "${eval_keys[@]}" checkpoint_period=3
+grep -q "4 already scored in" "$tmp/two_stopped.log" || fail "the rerun on 2 processes did not continue the pass"
+cmp "$runs/one/reference_logps.bin" "$runs/two_stopped/reference_logps.bin" ||
+  fail "a 2-process pass stopped and continued differs from the straight run's"
 
 echo "== kill -9 during the pass: the same command starts the run again"
 held killed
