@@ -13,8 +13,8 @@
 // bitwise the reference's, at any dtype: every reward is exactly 0.
 //
 // It stops, resumes and shares its work:
-//   - with several processes, microbatch j is scored by process j mod WORLD_SIZE, and the values are gathered (every
-//     process ends with the whole reference; rank 0 writes the files);
+//   - with several processes, the microbatches left are dealt round-robin (the i-th to process i mod WORLD_SIZE), and
+//     the values are gathered (every process ends with the whole reference; rank 0 writes the files);
 //   - a stop signal ends it within one microbatch (InterruptedError, exit 130 for SIGINT); what was scored is kept in
 //     the file (also every minute), and the next run of the same command continues from there;
 //   - a resume reads the files back; a train file for other pairs is refused (the weights have moved since step 0); an
