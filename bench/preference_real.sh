@@ -101,7 +101,7 @@ cmd=("$bin/trainer" "$config" load_parameters_path="$model"
   dataset_path="$data/train.pair" eval_dataset_path="$data/val.pair" max_target_length=256
   lora_rank=16 lora_alpha=32 lora_target_modules=all-linear
   per_device_batch_size=1 gradient_accumulation_steps=4 eval_per_device_batch_size=4
-  steps="$steps" eval_interval="$every" learning_rate="$lr" adam_weight_decay=0 dtype=float32 num_threads="$threads"
+  steps="$steps" eval_interval="$every" eval_on_start=true learning_rate="$lr" adam_weight_decay=0 dtype=float32 num_threads="$threads"
   gradient_noise_scale=false log_period=5 checkpoint_period=1000000
   base_output_directory="$out/runs" run_name=dpo)
 if [[ "$(cat "$out/dpo.cmd" 2>/dev/null)" == "${cmd[*]}" ]] && grep -q '\] done:' "$out/dpo.log" 2>/dev/null; then
@@ -137,10 +137,9 @@ print(f"{len(train)} steps, {toks:.0f} input tokens (prompt + answer, both seque
       f"steps, {toks / secs:.1f} tokens/s")
 print(f"train loss first/last {train[0]['loss']:.4f}/{train[-1]['loss']:.4f}; train rewards_accuracy first/last "
       f"{train[0]['rewards_accuracy']:.3f}/{train[-1]['rewards_accuracy']:.3f}")
-blob = open(f"{run}/reference_logps.bin", "rb").read()
-n_train, n_eval = struct.unpack_from("<QQ", blob, 32)  # log-probs: chosen, rejected of each pair, train then eval
-ref = struct.unpack_from(f"<{n_train + n_eval}d", blob, 48)[n_train:]
-n_eval //= 2
+blob = open(f"{run}/reference_logps.eval.bin", "rb").read()
+n_eval, _, chunks = struct.unpack_from("<QQQ", blob, 40)  # pairs, pairs a microbatch, microbatches
+ref = struct.unpack_from(f"<{2 * n_eval}d", blob, 64 + (chunks + 7) // 8 * 8)  # chosen, rejected of each pair
 prefers = sum(ref[2 * k] > ref[2 * k + 1] for k in range(n_eval))
 print(f"step 0 (policy = reference): eval_rewards_accuracy 0 by definition (every reward is 0); the base scores the "
       f"chosen answer above the rejected on {prefers} of {n_eval} held-out pairs (summed log-probs)")

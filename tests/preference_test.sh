@@ -18,26 +18,7 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" preference_test "$@"
 
 # Pre-tokenized pairs (no tokenizer needed): prompts of 1-6 tokens, answers of 1-9; the chosen answer counts up.
-python3 - "$tmp" <<'PY'
-import json, sys
-d = sys.argv[1]
-for name, n, seed in (("train", 96, 1), ("val", 13, 2)):
-    x, rows = seed, []
-    def nxt():
-        global x
-        x = (x * 1103515245 + 12345) % 2**31
-        return x >> 8
-    for i in range(n):
-        prompt = [nxt() % 64 for _ in range(1 + nxt() % 6)]
-        chosen = [(prompt[-1] + 1 + j) % 64 for j in range(1 + nxt() % 9)]
-        rejected = [nxt() % 64 for _ in range(1 + nxt() % 9)]
-        rows.append({"prompt_ids": prompt, "chosen_ids": chosen, "rejected_ids": rejected})
-    with open(f"{d}/{name}.jsonl", "w") as f:
-        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
-    rows[0]["chosen_ids"] = [1]  # another file for the refused resume
-    with open(f"{d}/{name}_other.jsonl", "w") as f:
-        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
-PY
+python3 "$repo/tests/lib/ragged_pairs.py" "$tmp" train:96:1 val:13:2 --other
 for s in train val train_other; do
   "$repo/scripts/prepare_preference.sh" "$tmp/$s.jsonl" "$tmp/$s.pairs" >"$tmp/prepare_$s.log" 2>&1 ||
     { cat "$tmp/prepare_$s.log" >&2; fail "prepare_preference.sh $s"; }

@@ -469,6 +469,25 @@ TEST_CASE("truncate_metrics keeps each step up to the checkpoint once and drops 
   CHECK(tp::lines(path) == std::vector<std::string>{"{\"step\": 1, \"loss\": 4.5}", "{\"step\": 2, \"loss\": 4.25}"});
 }
 
+TEST_CASE("eval_on_start's step-0 line: kept by a resume, dropped by a restart, neither a step nor a best evaluation",
+          "[checkpoint]") {
+  const std::string dir = tp::fresh_dir("ckpt_step0");
+  fs::create_directories(dir);
+  const std::string path = dir + "/metrics.jsonl";
+  const std::string step0 = "{\"step\": 0, \"eval_loss\": 3}";
+  std::ofstream(path) << step0 << "\n{\"step\": 1, \"loss\": 4.5, \"eval_loss\": 3.5}\n{\"step\": 2, \"loss\": 4.25}\n";
+  const auto all = checkpoint::read_evaluations(path);
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].step == 1);
+  const auto tail = checkpoint::truncate_metrics(path, 1);
+  CHECK(tail.steps == 1);
+  CHECK(tail.first_loss == 4.5);
+  CHECK(tail.evaluations.size() == 1);
+  CHECK(tp::lines(path) == std::vector<std::string>{step0, "{\"step\": 1, \"loss\": 4.5, \"eval_loss\": 3.5}"});
+  checkpoint::truncate_metrics(path, 0);  // a run restarted from step 0 evaluates again
+  CHECK(tp::lines(path).empty());
+}
+
 TEST_CASE("a non-finite step leaves parameters and optimizer state untouched", "[checkpoint][nan]") {
   config::Config c = tiny_config();
   train::TrainStep::set_nan_fault_hook([](int64_t step) { return step == 2; });

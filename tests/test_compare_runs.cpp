@@ -137,8 +137,8 @@ TEST_CASE("MetricsFile errors name the file and line", "[compare]") {
   CHECK_THAT(message("{\"step\": 1, \"loss\": 1}\n{\"step\": 2, \"loss\": }\n"),
              StartsWith("runs/x/metrics.jsonl:2:") && Contains("malformed JSON"));
   CHECK_THAT(message("{\"loss\": 1}\n"), StartsWith("runs/x/metrics.jsonl:1:") && Contains("\"step\""));
-  CHECK_THAT(message("{\"step\": 1.5}\n"), Contains("integer >= 1"));
-  CHECK_THAT(message("{\"step\": 0}\n"), Contains("integer >= 1"));
+  CHECK_THAT(message("{\"step\": 1.5}\n"), Contains("integer >= 0"));
+  CHECK_THAT(message("{\"step\": -1}\n"), Contains("integer >= 0"));
   CHECK_THAT(message("{\"step\": 1}\n{\"step\": 1}\n"), StartsWith("runs/x/metrics.jsonl:2:") && Contains("line 1"));
   CHECK_THAT(message("\n\n"), Contains("no metric rows"));
 

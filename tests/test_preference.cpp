@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "Gradients.h"
 #include "TinyConfig.h"
@@ -20,7 +21,9 @@
 #include "data/PairSource.h"
 #include "model/Decoder.h"
 #include "train/PreferenceLoss.h"
+#include "train/MemoryProbe.h"
 #include "train/PreferenceReference.h"
+#include "train/Signals.h"
 #include "train/TrainStep.h"
 #include "util/Errors.h"
 
@@ -274,48 +277,167 @@ TEST_CASE("the label-smoothed sigmoid loss and the rewards equal their formulas"
   CHECK(m[2].second == Approx(accuracy));
 }
 
-TEST_CASE("the reference file: reused for the same start, recomputed for another, refused on a resume with other "
-          "pairs",
-          "[preference][reference]") {
-  const std::string dir = trainer_process::fresh_dir("pref_reference");
+namespace {
+
+const c10::Device kPairCpu(c10::kCPU);
+
+// The reference of `source` (and `eval`) prepared in `dir` by a pass of its own, with no process group.
+void prepare_reference(const config::Config& c, data::PairSource& source, model::Decoder& model,
+                       const std::string& dir, bool resumed, data::PairSource* eval = nullptr) {
+  const train::StopSignals signals;
+  train::ReferencePass ref(c, source, eval, c.per_device_batch_size, model, kPairCpu, nullptr, signals);
+  ref.prepare(dir, resumed, true);
+}
+
+// Step 1 (step 0 of TrainStep) on `source` with `model`: its loss and preference sums.
+train::Accumulated first_step(const config::Config& c, const data::PairSource& source, model::Decoder& model) {
+  train::TrainStep step(train::StepOptions::from_config(c), model, source, kPairCpu);
+  return step.accumulate_batch(0);
+}
+
+std::string fresh_reference_dir(const std::string& name) {
+  const std::string dir = trainer_process::fresh_dir(name);
   std::filesystem::create_directories(dir);
+  return dir;
+}
+
+} // namespace
+
+TEST_CASE("the reference file: reused for the same start, continued where a pass stopped, recomputed for another "
+          "start, refused on a resume with other pairs",
+          "[preference][reference]") {
+  const std::string dir = fresh_reference_dir("pref_reference");
   auto c = pair_config(pair_file("reference", ragged_pairs(10, 9)), false);
+  c.per_device_batch_size = 4;  // 3 microbatches; the last one reaches into the second epoch
   auto source = pair_source(c);
   model::Decoder model(model::DecoderOptions::from_config(c));
-  const c10::Device cpu(c10::kCPU);
-  train::prepare_reference(c, *source, nullptr, model, cpu, dir, false, true);
+  prepare_reference(c, *source, model, dir, false);
   const std::string file = dir + "/" + train::kReferenceFile;
   REQUIRE(std::filesystem::exists(file));
-  // At the start the reference is the model itself: every reward is 0 and the sigmoid loss is log 2.
-  const data::PairBatch b = source->pairs_in_file_order(0, 10);
-  train::PreferenceSums sums;
-  at::NoGradGuard no_grad;
-  train::preference_objective(train::answer_scores(model, b, cpu, 64, true), b.reference,
-                              train::PreferenceOptions::from_config(c), 0.1, 0, sums);
-  CHECK(sums.objective(0) == Approx(std::log(2.0)).epsilon(1e-12));
-  CHECK(sums.rewards_chosen == 0);
+  // At step 1 the policy is the reference: every reward is 0 and the sigmoid loss is log 2.
+  const train::Accumulated first = first_step(c, *source, model);
+  CHECK(first.loss == Approx(std::log(2.0)).epsilon(1e-12));
+  CHECK(first.preference->rewards_chosen == 0);
+  CHECK(first.preference->rewards_rejected == 0);
 
+  // The file: a 64-byte header, a done byte per microbatch (3, padded to 8), then 2 values per kept pair.
+  const size_t values = 64 + 8;
+  const std::string original = pair_file_bytes(file);
+  REQUIRE(original.size() == values + 16 * 10);
+  auto value_at = [&](const std::string& bytes, int64_t i) {
+    double v;
+    std::memcpy(&v, bytes.data() + values + 8 * i, 8);
+    return v;
+  };
+  auto rewrite = [&](std::string bytes) { std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes; };
   // Same pairs, same start: the stored values are used (a marker written into them shows it).
-  std::string bytes = pair_file_bytes(file);
+  const int64_t in_first = source->pairs(0, 4).kept[0], in_last = source->pairs(8, 2).kept[0];
+  std::string bytes = original;
   const double marker = 123.0;
-  std::memcpy(bytes.data() + 48, &marker, 8);
-  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  std::memcpy(bytes.data() + values + 16 * in_first, &marker, 8);
+  rewrite(bytes);
   auto again = pair_source(c);
-  train::prepare_reference(c, *again, nullptr, model, cpu, dir, false, true);
-  CHECK(again->pairs_in_file_order(0, 1).reference[0].item<double>() == marker);
+  prepare_reference(c, *again, model, dir, false);
+  CHECK(again->pairs_in_file_order(in_first, 1).reference[0].item<double>() == marker);
+  // A pass stopped after 2 of its 3 microbatches: the next run scores the third only.
+  bytes[64 + 2] = 0;
+  std::memcpy(bytes.data() + values + 16 * in_last, &marker, 8);
+  rewrite(bytes);
+  auto continued = pair_source(c);
+  prepare_reference(c, *continued, model, dir, false);
+  CHECK(continued->pairs_in_file_order(in_first, 1).reference[0].item<double>() == marker);  // kept
+  CHECK(continued->pairs_in_file_order(in_last, 1).reference[0].item<double>() == value_at(original, 2 * in_last));
+  CHECK(pair_file_bytes(file)[64 + 2] == 1);
   // Another start (the weights moved): recomputed.
   model->parameters()[0].data().add_(1.0);
   auto moved = pair_source(c);
-  train::prepare_reference(c, *moved, nullptr, model, cpu, dir, false, true);
-  CHECK(moved->pairs_in_file_order(0, 1).reference[0].item<double>() != marker);
+  prepare_reference(c, *moved, model, dir, false);
+  CHECK(moved->pairs_in_file_order(in_first, 1).reference[0].item<double>() != marker);
   // A resume with other pairs is refused; with none stored too.
   auto other = c;
   other.dataset_path = pair_file("reference_other", ragged_pairs(10, 10));
   auto other_source = pair_source(other);
-  CHECK_THROWS_AS(train::prepare_reference(other, *other_source, nullptr, model, cpu, dir, true, true), DataError);
+  CHECK_THROWS_AS(prepare_reference(other, *other_source, model, dir, true), DataError);
   std::filesystem::remove(file);
-  CHECK_THROWS_WITH(train::prepare_reference(c, *again, nullptr, model, cpu, dir, true, true),
-                    Catch::Contains("is missing"));
+  CHECK_THROWS_WITH(prepare_reference(c, *again, model, dir, true), Catch::Contains("is missing"));
+}
+
+// Before the reference was scored in the step's microbatches, this failed where bf16 matmuls go through oneDNN (AMX,
+// avx512_bf16: kernels that depend on the batch; seen at step 1: accuracy 0.750, margin 0.0078). On an AVX2-only CPU
+// torch's bf16 fallback computes row by row, the same bits in any rows, and it passed before too.
+TEST_CASE("step 1's rewards are exactly 0 in bf16, packed and unpacked: the reference is scored in the step's "
+          "microbatches",
+          "[preference][reference][bf16]") {
+  for (const bool packing : {true, false}) {
+    CAPTURE(packing);
+    auto c = pair_config(pair_file("bf16", ragged_pairs(8, 4)), packing);
+    c.dtype = config::ComputeDtype::bfloat16;
+    c.per_device_batch_size = 2;
+    c.gradient_accumulation_steps = 2;
+    auto source = pair_source(c);
+    model::Decoder model(model::DecoderOptions::from_config(c));
+    prepare_reference(c, *source, model, fresh_reference_dir("pref_bf16"), false);
+    const train::Accumulated first = first_step(c, *source, model);
+    CHECK(first.preference->rewards_chosen == 0);
+    CHECK(first.preference->rewards_rejected == 0);
+    CHECK(first.preference->rewards_accuracy == 0);
+    CHECK(first.loss == Approx(std::log(2.0)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("use_dpo switches lora_dropout off (learning_rate=0: step 1 is log 2, the margin 0), and "
+          "dpo_disable_dropout=false keeps it",
+          "[preference][lora]") {
+  auto c = pair_config(pair_file("dropout", ragged_pairs(8, 3)), true);
+  c.lora_rank = 4;
+  c.lora_dropout = 0.1;
+  c.learning_rate = 0;
+  c.per_device_batch_size = 2;
+  c.gradient_accumulation_steps = 2;
+  auto first = [&](bool disable) {
+    c.dpo_disable_dropout = disable;
+    auto source = pair_source(c);
+    model::Decoder model(model::DecoderOptions::from_config(c));
+    // A started adapter (B != 0, as one restored from lora_restore_path), so that dropout changes the output.
+    for (auto& p : model->named_parameters())
+      if (p.key().find("_lora_b") != std::string::npos)
+        p.value().data().copy_(at::sin(at::arange(p.value().numel(), at::kFloat)).reshape(p.value().sizes()) * 0.3);
+    prepare_reference(c, *source, model, fresh_reference_dir("pref_dropout"), false);
+    return first_step(c, *source, model);
+  };
+  const train::Accumulated off = first(true);
+  CHECK(off.loss == Approx(std::log(2.0)).epsilon(1e-12));
+  CHECK(off.preference->rewards_chosen - off.preference->rewards_rejected == 0);
+  const train::Accumulated kept = first(false);
+  CHECK(std::abs(kept.loss - std::log(2.0)) > 1e-4);
+}
+
+TEST_CASE("a pair is two sequences in the memory check: twice the activations of a row per example",
+          "[preference][memory]") {
+  auto c = pair_config(pair_file("memory", ragged_pairs(4)), true);
+  c.per_device_batch_size = 3;
+  auto rows = c;
+  rows.dataset_type = config::DatasetType::synthetic;
+  rows.use_dpo = false;
+  CHECK(train::footprint_from_config(c, 1).activations == 2 * train::footprint_from_config(rows, 1).activations);
+}
+
+TEST_CASE("the starting weights' fingerprint: the same at 1 and 2 threads, another when one byte changes",
+          "[preference][reference]") {
+  auto c = tiny_config();
+  model::Decoder model(model::DecoderOptions::from_config(c));
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const uint64_t one = train::starting_weights_key(model);
+  at::set_num_threads(2);
+  CHECK(train::starting_weights_key(model) == one);
+  at::set_num_threads(threads);
+  at::Tensor last = model->parameters().back();
+  auto* byte = static_cast<uint8_t*>(last.data_ptr()) + last.nbytes() - 1;
+  *byte ^= 1;
+  CHECK(train::starting_weights_key(model) != one);
+  *byte ^= 1;
+  CHECK(train::starting_weights_key(model) == one);
 }
 
 TEST_CASE("use_dpo and dataset_type=preference need each other: exit 2 naming the key", "[preference][cli]") {

@@ -40,8 +40,12 @@ MetricsTail truncate_metrics(const std::string& path, int64_t step) {
     if (end == std::string::npos) break;  // a torn last line from a crash
     const std::string line = text.substr(pos, end - pos);
     pos = end + 1;
-    const auto s = static_cast<int64_t>(number_after(line, "step", 0));
-    if (s < 1 || s > step) continue;
+    const auto s = static_cast<int64_t>(number_after(line, "step", -1));
+    if (s < 0 || s > step) continue;
+    if (s == 0) {  // eval_on_start's evaluation before step 1: kept by a resume, not a step (a restart writes it again)
+      if (step > 0) kept += line + "\n";
+      continue;
+    }
     const double loss = number_after(line, "loss", nan);
     if (s == 1) tail.first_loss = loss;
     tail.last_loss = loss;
@@ -64,7 +68,7 @@ std::vector<Evaluation> read_evaluations(const std::string& path) {
   std::vector<Evaluation> out;
   for (size_t pos = 0, end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
     const std::string line = text.substr(pos, end - pos);
-    if (line.find("\"eval_loss\": ") == std::string::npos) continue;
+    if (line.find("\"eval_loss\": ") == std::string::npos || number_after(line, "step", 0) < 1) continue;  // no step 0
     out.push_back({static_cast<int64_t>(number_after(line, "step", 0)),
                    number_after(line, "eval_loss", std::numeric_limits<double>::quiet_NaN())});
   }

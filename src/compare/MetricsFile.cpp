@@ -19,9 +19,10 @@ int stepOf(const JsonLine &json, const fs::path &path, size_t line) {
   if (it == json.numbers.end())
     throw InputError(where(path, line) + ": no numeric \"step\" field");
   double s = it->second;
-  // Steps are counted from 1 by the trainer; anything else means the file is not what we think it is.
-  if (!std::isfinite(s) || s != std::floor(s) || s < 1 || s > 1e9)
-    throw InputError(where(path, line) + ": \"step\" must be an integer >= 1, got " + std::to_string(s));
+  // Steps are counted from 1 by the trainer (0: eval_on_start's evaluation before the first); anything else means the
+  // file is not what we think it is.
+  if (!std::isfinite(s) || s != std::floor(s) || s < 0 || s > 1e9)
+    throw InputError(where(path, line) + ": \"step\" must be an integer >= 0, got " + std::to_string(s));
   return static_cast<int>(s);
 }
 

@@ -103,6 +103,7 @@ PairBatch PairSource::build(const std::vector<int64_t>& kept) const {
   const int64_t N = int64_t(rows.size()), T = max_length_;
   PairBatch out;
   out.pairs = int64_t(kept.size());
+  out.kept = kept;
   Batch& b = out.rows;
   b.tokens = at::zeros({N, T}, at::kLong);
   b.targets = at::full({N, T}, kIgnoreIndex, at::kLong);

@@ -28,6 +28,7 @@ struct PairBatch {
   at::Tensor answer;     // [N, T] int64: the answer each target belongs to (2i chosen, 2i+1 rejected of pair i); -1
   at::Tensor reference;  // [2 x pairs] double: the reference's summed answer log-probs; undefined before set_reference
   int64_t pairs = 0;
+  std::vector<int64_t> kept;  // the kept-pair index (file order among the kept pairs) of each of its pairs
 };
 
 class PairSource : public DataSource {

@@ -64,7 +64,8 @@ LoraOptions LoraOptions::from_config(const config::Config& c) {
   if (c.lora_rank == 0) return o;
   o.rank = c.lora_rank;
   o.scale = c.lora_use_rslora ? c.lora_alpha / std::sqrt(double(c.lora_rank)) : c.lora_alpha / double(c.lora_rank);
-  o.dropout = c.lora_dropout;
+  // Preference tuning switches dropout off unless asked to keep it (TRL's disable_dropout=True; docs/preference.md).
+  o.dropout = c.use_dpo && c.dpo_disable_dropout ? 0.0 : c.lora_dropout;
   o.dropout_seed = static_cast<uint64_t>(c.data_shuffle_seed);
   o.targeted = parse_lora_targets(c.lora_target_modules);
   return o;

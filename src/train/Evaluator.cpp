@@ -27,11 +27,13 @@ Evaluator::Evaluator(const config::Config& c, int world_size)
     // SFT (preference): every held-out example (pair) once, whatever the batch: the last batch's missing rows (pairs)
     // are empty.
     batches_ = c.eval_steps > 0 ? c.eval_steps : (capacity + global - 1) / global;
-    spdlog::info("eval_loss every {} and after the last: {} {} rows of {} ({} batches of {} rows)",
+    const char* unit = dynamic_cast<const data::PairSource*>(source_.get()) ? "pairs" : "rows";
+    spdlog::info("eval_loss every {} and after the last{}: {} {} {} of {} ({} batches of {} {})",
                  interval_sequences_ > 0 ? fmt::format("{} training sequences", interval_sequences_)
                                          : fmt::format("{} steps", interval_),
-                 c.eval_steps > 0 ? fmt::format("at most {} of the", batches_ * global) : "the", capacity,
-                 c.eval_dataset_path, batches_, global);
+                 c.eval_on_start ? ", and before the first (eval_on_start)" : "",
+                 c.eval_steps > 0 ? fmt::format("at most {} of the", batches_ * global) : "the", capacity, unit,
+                 c.eval_dataset_path, batches_, global, unit);
     return;
   }
   batches_ = c.eval_steps > 0 ? c.eval_steps : capacity / global;
@@ -46,9 +48,10 @@ Evaluator::Evaluator(const config::Config& c, int world_size)
                                 "batches it holds)",
                                 c.eval_dataset_path, capacity, c.max_target_length + 1, batches_, global,
                                 batches_ * global, capacity / global));
-  spdlog::info("eval_loss every {} and after the last: {} batches of {} sequences ({} tokens) from {}",
+  spdlog::info("eval_loss every {} and after the last{}: {} batches of {} sequences ({} tokens) from {}",
                interval_sequences_ > 0 ? fmt::format("{} training sequences", interval_sequences_)
                                        : fmt::format("{} steps", interval_),
+               c.eval_on_start ? ", and before the first (eval_on_start)" : "",
                batches_, global, batches_ * global * c.max_target_length,
                c.eval_dataset_path.empty() ? std::string("the synthetic generator (step -1)") : c.eval_dataset_path);
 }

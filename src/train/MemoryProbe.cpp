@@ -124,8 +124,10 @@ memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world
   const int64_t compute_size = int64_t(c10::elementSize(o.compute_dtype));
   if (o.hoist_weight_cast && o.compute_dtype != trained_dtype)
     f.weight_casts = sat_mul(trained - (lora ? 0 : n.never_cast), compute_size);
-  const int64_t microbatch = cfg.per_device_batch_size == config::kAuto ? 1 : cfg.per_device_batch_size;
-  f.activations = sat_mul(sat_mul(microbatch, cfg.max_target_length),
+  // Rows of max_target_length a microbatch holds at most: a preference pair is two sequences.
+  const int64_t rows = (cfg.per_device_batch_size == config::kAuto ? 1 : cfg.per_device_batch_size) *
+                       (cfg.dataset_type == config::DatasetType::preference ? 2 : 1);
+  f.activations = sat_mul(sat_mul(rows, cfg.max_target_length),
                           sat_add(sat_mul(activation_elements_per_token(o), compute_size),
                                   dropout_bytes_per_token(o, compute_size)));
   return f;

@@ -1,19 +1,23 @@
 #include "train/PreferenceReference.h"
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "config/Config.h"
 #include "data/LittleEndian.h"
 #include "data/PairSource.h"
+#include "distributed/DataParallel.h"
 #include "train/PreferenceLoss.h"
+#include "train/Signals.h"
 #include "util/Errors.h"
 #include "util/File.h"
 #include "util/Hash.h"
@@ -22,156 +26,437 @@ namespace shadowgrad::train {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 constexpr char kMagic[8] = {'S', 'G', 'R', 'E', 'F', 'L', 'P', 0};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = 48;
+constexpr uint32_t kVersion = 2;
+constexpr size_t kHeaderBytes = 64;  // magic, version, 0, then data, start, how, pairs, chunk, chunks (u64 each)
+constexpr auto kSaveEvery = std::chrono::seconds(60);
+constexpr auto kLogEvery = std::chrono::seconds(10);
 
-// What the reference depends on besides the weights: the pairs and which of their tokens are kept.
-uint64_t data_key(const config::Config& cfg, const data::PairSource& train, const data::PairSource* eval) {
-  const uint64_t fields[] = {train.fingerprint(), eval ? eval->fingerprint() : 0, uint64_t(cfg.max_target_length),
-                             uint64_t(cfg.sft_long_examples)};
-  return util::fnv1a64(fields, sizeof(fields));
+std::function<void(int64_t)>& hold_hook() {
+  static std::function<void(int64_t)> hook;
+  return hook;
 }
 
-// Every parameter and buffer of the model as it starts, in order.
-uint64_t start_key(model::Decoder& model) {
-  uint64_t h = util::kFnv1aOffset;
-  for (const auto& tensors : {model->named_parameters(), model->named_buffers()})
-    for (const auto& item : tensors) {
-      const at::Tensor c = item.value().detach().cpu().contiguous();
-      h = util::fnv1a64(item.key().data(), item.key().size(), h);
-      h = util::fnv1a64(c.data_ptr(), size_t(c.nbytes()), h);
+// xxHash64's round on four lanes (two multiplies per 8 bytes, the lanes independent), a block's lanes then merged
+// and finalised: a real hash of every byte at memory speed.
+constexpr uint64_t kP1 = 11400714785074694791ull, kP2 = 14029467366897019727ull;
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t round64(uint64_t acc, uint64_t word) { return rotl(acc + word * kP2, 31) * kP1; }
+
+uint64_t block_hash(const unsigned char* p, size_t n) {
+  uint64_t a0 = kP1 + kP2, a1 = kP2, a2 = 0, a3 = 0 - kP1;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    uint64_t w[4];
+    std::memcpy(w, p + i, 32);
+    a0 = round64(a0, w[0]);
+    a1 = round64(a1, w[1]);
+    a2 = round64(a2, w[2]);
+    a3 = round64(a3, w[3]);
+  }
+  uint64_t h = rotl(a0, 1) + rotl(a1, 7) + rotl(a2, 12) + rotl(a3, 18);
+  for (; i < n; ++i) h = (h ^ p[i]) * kP1;
+  return util::mix64(h ^ uint64_t(n));
+}
+
+// n bytes in 1 MiB blocks, hashed on the intra-op threads, their digests chained in order after `h`.
+uint64_t bytes_key(const void* data, size_t n, uint64_t h) {
+  constexpr size_t kBlock = size_t(1) << 20;
+  const auto* p = static_cast<const unsigned char*>(data);
+  const auto blocks = int64_t((n + kBlock - 1) / kBlock);
+  std::vector<uint64_t> digests(size_t(blocks), 0);
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const size_t at = size_t(b) * kBlock;
+      digests[size_t(b)] = block_hash(p + at, std::min(kBlock, n - at));
     }
-  return h;
+  });
+  for (uint64_t d : digests) h = util::mix64(h ^ d);
+  return util::mix64(h ^ uint64_t(n));
 }
 
+uint64_t key_of(std::initializer_list<uint64_t> fields) {
+  const std::vector<uint64_t> v(fields);
+  return util::fnv1a64(v.data(), v.size() * sizeof(uint64_t));
+}
+
+// A reference file: its fingerprints, the microbatches done (1 byte each) and the values (2 per kept pair, file order).
 struct Stored {
-  uint64_t data = 0, start = 0;
-  std::vector<double> train, eval;
+  uint64_t data = 0, start = 0, how = 0;
+  int64_t chunk = 0;
+  std::vector<uint8_t> done;
+  std::vector<double> logps;
+  int64_t done_count() const { return int64_t(std::count(done.begin(), done.end(), uint8_t(1))); }
+  bool complete() const { return done_count() == int64_t(done.size()); }
 };
 
-// Null when the file is absent; a file that does not parse is reported and treated as absent.
-std::optional<Stored> read_stored(const std::string& path) {
+enum class Found { none, earlier_version, unreadable, ok };
+
+Found read_stored(const std::string& path, Stored& s) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  if (!std::filesystem::exists(path, ec)) return Found::none;
   const std::string bytes = util::read_whole_file(path);
-  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0 ||
-      data::read_le<uint32_t>(bytes, 8) != kVersion) {
-    spdlog::warn("{}: not a reference log-prob file of this version; it is ignored", path);
-    return std::nullopt;
-  }
-  Stored s;
+  if (bytes.size() < 16 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return Found::unreadable;
+  if (data::read_le<uint32_t>(bytes, 8) == 1) return Found::earlier_version;
+  if (data::read_le<uint32_t>(bytes, 8) != kVersion || bytes.size() < kHeaderBytes) return Found::unreadable;
   s.data = data::read_le<uint64_t>(bytes, 16);
   s.start = data::read_le<uint64_t>(bytes, 24);
-  const uint64_t n_train = data::read_le<uint64_t>(bytes, 32), n_eval = data::read_le<uint64_t>(bytes, 40);
-  if (n_train > (uint64_t(1) << 40) || n_eval > (uint64_t(1) << 40) ||
-      bytes.size() != kHeaderBytes + 8 * (n_train + n_eval)) {
-    spdlog::warn("{}: its size does not match its counts; it is ignored", path);
-    return std::nullopt;
-  }
-  auto take = [&](uint64_t first, uint64_t n) {
-    std::vector<double> v(static_cast<size_t>(n));
-    if (n > 0) std::memcpy(v.data(), bytes.data() + kHeaderBytes + 8 * first, size_t(8 * n));
-    return v;
-  };
-  s.train = take(0, n_train);
-  s.eval = take(n_train, n_eval);
-  return s;
+  s.how = data::read_le<uint64_t>(bytes, 32);
+  const uint64_t pairs = data::read_le<uint64_t>(bytes, 40), chunk = data::read_le<uint64_t>(bytes, 48),
+                 chunks = data::read_le<uint64_t>(bytes, 56);
+  const uint64_t done_bytes = (chunks + 7) / 8 * 8;
+  if (pairs > (uint64_t(1) << 40) || chunks > pairs + 1 || chunk == 0 ||
+      bytes.size() != kHeaderBytes + done_bytes + 16 * pairs)
+    return Found::unreadable;
+  s.chunk = int64_t(chunk);
+  s.done.assign(bytes.begin() + kHeaderBytes, bytes.begin() + long(kHeaderBytes + chunks));
+  s.logps.resize(size_t(2 * pairs));
+  if (pairs > 0) std::memcpy(s.logps.data(), bytes.data() + kHeaderBytes + done_bytes, size_t(16 * pairs));
+  return Found::ok;
 }
 
 void write_stored(const std::string& path, const Stored& s) {
   std::string out(kMagic, sizeof(kMagic));
   data::append_le<uint32_t>(out, kVersion);
   data::append_le<uint32_t>(out, 0);
-  data::append_le<uint64_t>(out, s.data);
-  data::append_le<uint64_t>(out, s.start);
-  data::append_le<uint64_t>(out, s.train.size());
-  data::append_le<uint64_t>(out, s.eval.size());
-  for (const auto* v : {&s.train, &s.eval})
-    if (!v->empty()) out.append(reinterpret_cast<const char*>(v->data()), 8 * v->size());
+  for (uint64_t v : {s.data, s.start, s.how, uint64_t(s.logps.size() / 2), uint64_t(s.chunk), uint64_t(s.done.size())})
+    data::append_le<uint64_t>(out, v);
+  out.append(reinterpret_cast<const char*>(s.done.data()), s.done.size());
+  out.append((8 - s.done.size() % 8) % 8, '\0');
+  if (!s.logps.empty()) out.append(reinterpret_cast<const char*>(s.logps.data()), 8 * s.logps.size());
   util::write_file_atomically(path, out);
 }
 
-// The model's summed answer log-probs over every kept pair, in file order: 2 per pair.
-std::vector<double> score_all(const data::PairSource& pairs, model::Decoder& model, c10::Device device,
-                              const config::Config& cfg, int64_t& done, int64_t total) {
-  std::vector<double> out;
-  out.reserve(size_t(2 * pairs.pairs_kept()));
-  const int64_t batch = std::max<int64_t>(1, cfg.per_device_batch_size);
-  auto last_log = std::chrono::steady_clock::now();
-  for (int64_t first = 0; first < pairs.pairs_kept(); first += batch) {
-    const data::PairBatch b = pairs.pairs_in_file_order(first, batch);
-    const at::Tensor logps = answer_scores(model, b, device, cfg.loss_chunk_tokens, cfg.fused_kernels).logps.cpu();
-    out.insert(out.end(), logps.data_ptr<double>(), logps.data_ptr<double>() + logps.numel());
-    done += b.pairs;
-    if (std::chrono::steady_clock::now() - last_log > std::chrono::seconds(10)) {
-      spdlog::info("reference log-probs: {} of {} pairs", done, total);
-      last_log = std::chrono::steady_clock::now();
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+} // namespace
+
+uint64_t starting_weights_key(model::Decoder& model) {
+  uint64_t h = util::kFnv1aOffset;
+  for (const auto& tensors : {model->named_parameters(), model->named_buffers()})
+    for (const auto& item : tensors) {
+      const at::Tensor c = item.value().detach().cpu().contiguous();
+      h = util::fnv1a64(item.key().data(), item.key().size(), h);
+      h = bytes_key(c.data_ptr(), size_t(c.nbytes()), h);
+    }
+  return h;
+}
+
+void set_reference_hold_hook(std::function<void(int64_t)> hook) { hold_hook() = std::move(hook); }
+
+// One pair set: the train pairs as the first epoch's microbatches of the run's stream (as the steps read them), the
+// eval pairs in file order as the evaluator's batches.
+struct ReferencePass::Set {
+  data::PairSource& pairs;
+  std::string name;  // "train", "eval"
+  std::string file;  // kReferenceFile, kEvalReferenceFile
+  bool stream;       // train: the run's shuffled stream; eval: file order
+  bool grad;         // scored with grad mode on (the step's forward) or off (the evaluator's)
+  int64_t chunk;     // pairs per microbatch
+  uint64_t data = 0, how = 0;
+
+  int64_t n() const { return pairs.pairs_kept(); }
+  int64_t chunks() const { return (n() + chunk - 1) / chunk; }
+  data::PairBatch batch(int64_t j) const {
+    return stream ? pairs.pairs(j * chunk, chunk) : pairs.pairs_in_file_order(j * chunk, chunk);
+  }
+  Stored fresh(uint64_t start) const {
+    Stored s{data, start, how, chunk, std::vector<uint8_t>(size_t(chunks()), 0), std::vector<double>(size_t(2 * n()), 0.0)};
+    return s;
+  }
+  bool fits(const Stored& s) const { return int64_t(s.logps.size()) == 2 * n(); }
+};
+
+namespace {
+
+// What the pass runs on, and the run's stop signals.
+struct PassContext {
+  model::Decoder& model;
+  c10::Device device;
+  distributed::DataParallel* dp;
+  const StopSignals& signals;
+  const config::Config& cfg;
+};
+
+// Every process gets rank 0's values (the others contribute zeros to one sum).
+std::vector<double> from_rank0(distributed::DataParallel* dp, std::vector<double> v) {
+  if (!dp) return v;
+  if (dp->rank() != 0) std::fill(v.begin(), v.end(), 0.0);
+  return dp->global_sums(v);
+}
+
+// Scores the microbatches of `set` that `st` does not hold yet, dealt round-robin over the processes (microbatch
+// todo[i] on process i mod WORLD_SIZE), and gathers them into `st` on every process: every minute and at the end
+// (`path` written by the writer), and at a stop, which then throws InterruptedError.
+void score(const ReferencePass::Set& set, Stored& st, PassContext& c, const std::string& path, bool writer) {
+  const int world = c.dp ? c.dp->world_size() : 1, rank = c.dp ? c.dp->rank() : 0;
+  std::vector<int64_t> todo;
+  for (int64_t j = 0; j < set.chunks(); ++j)
+    if (!st.done[size_t(j)]) todo.push_back(j);
+  const int64_t before = st.done_count(), total = set.chunks();
+  int64_t mine_total = 0;
+  for (size_t i = size_t(rank); i < todo.size(); i += size_t(world)) ++mine_total;
+  spdlog::info("reference pass over the {} {} pairs: {} microbatches of {} pairs ({}){}{}", set.n(), set.name, total,
+               set.chunk, set.stream ? "the first epoch's, as the steps read them" : "the evaluator's batches",
+               before > 0 ? fmt::format(", {} already scored in {}", before, path) : "",
+               world > 1 ? fmt::format("; this process scores {} of the {} left", mine_total, todo.size()) : "");
+  // This process's values since the last gather: [2n logps, n pair flags, chunk flags]; zeros elsewhere.
+  const int64_t n = set.n();
+  std::vector<double> mine(size_t(3 * n + total), 0.0);
+  auto gather = [&] {
+    const std::vector<double> all = c.dp ? c.dp->global_sums(mine) : mine;
+    for (int64_t k = 0; k < n; ++k)
+      if (all[size_t(2 * n + k)] > 0) {
+        st.logps[size_t(2 * k)] = all[size_t(2 * k)];
+        st.logps[size_t(2 * k + 1)] = all[size_t(2 * k + 1)];
+      }
+    for (int64_t j = 0; j < total; ++j)
+      if (all[size_t(3 * n + j)] > 0) st.done[size_t(j)] = 1;
+    std::fill(mine.begin(), mine.end(), 0.0);
+    if (writer) write_stored(path, st);
+  };
+  const auto began = Clock::now();
+  auto last_log = began, last_save = began;
+  int64_t scored = 0, pairs_scored = 0;
+  const size_t rounds = (todo.size() + size_t(world) - 1) / size_t(world);
+  for (size_t r = 0; r < rounds; ++r) {
+    if (const size_t i = r * size_t(world) + size_t(rank); i < todo.size()) {
+      const int64_t j = todo[i];
+      const data::PairBatch b = set.batch(j);
+      at::Tensor logps;
+      {
+        at::AutoGradMode grad(set.grad);  // the step's forward builds a graph: the same kernels, the same bits
+        logps = answer_scores(c.model, b, c.device, c.cfg.loss_chunk_tokens, c.cfg.fused_kernels)
+                    .logps.detach()
+                    .cpu()
+                    .contiguous();
+      }
+      const double* v = logps.data_ptr<double>();
+      for (int64_t p = 0; p < b.pairs; ++p) {
+        if (set.stream && j * set.chunk + p >= n) break;  // the next epoch's pairs, scored with the last microbatch
+        const int64_t k = b.kept[size_t(p)];
+        mine[size_t(2 * k)] = v[2 * p];
+        mine[size_t(2 * k + 1)] = v[2 * p + 1];
+        mine[size_t(2 * n + k)] = 1.0;
+        ++pairs_scored;
+      }
+      mine[size_t(3 * n + j)] = 1.0;
+      ++scored;
+      if (hold_hook()) hold_hook()(scored);
+    }
+    // Every process agrees on whether to stop (one's signal stops all) and on rank 0's clock for a save.
+    const int own = c.signals.requested();
+    std::vector<double> flags = {own ? 1.0 : 0.0, rank == 0 && Clock::now() - last_save > kSaveEvery ? 1.0 : 0.0};
+    if (c.dp) flags = c.dp->global_sums(flags);
+    const bool stop = flags[0] > 0, last = r + 1 == rounds;
+    if (stop || last || flags[1] > 0) {
+      gather();
+      last_save = Clock::now();
+    }
+    if (stop) {
+      const int signal = own ? own : SIGTERM;
+      throw InterruptedError(
+          fmt::format("stopped by {} during the reference pass, {} of {} {} microbatches scored{}; rerun the same "
+                      "command to continue it",
+                      own ? signal_name(own) : "another process's signal", st.done_count(), total, set.name,
+                      writer ? fmt::format(" and kept in {}", path) : ""),
+          signal);
+    }
+    if (Clock::now() - last_log > kLogEvery) {
+      spdlog::info("reference log-probs: {} of {} {} microbatches on this process ({:.1f} pairs/s)", scored,
+                   mine_total, set.name, double(pairs_scored) / seconds_since(began));
+      last_log = Clock::now();
     }
   }
-  return out;
+  if (todo.empty()) return;
+  const double s = seconds_since(began);
+  // The pairs/s of the whole pass: every process's pairs over the slowest's time.
+  const double all_pairs = c.dp ? c.dp->global_sum(double(pairs_scored)) : double(pairs_scored);
+  spdlog::info("reference log-probs of the {} {} pairs computed in {:.1f} s ({:.2f} pairs/s over {} process{}){}",
+               set.n(), set.name, s, s > 0 ? all_pairs / s : 0.0, world, world > 1 ? "es" : "",
+               writer ? fmt::format(", kept in {}", path) : "");
 }
 
 } // namespace
 
-void prepare_reference(const config::Config& cfg, data::PairSource& train, data::PairSource* eval,
-                       model::Decoder& model, c10::Device device, const std::string& run_dir, bool resumed,
-                       bool writer) {
-  const std::string path = run_dir + "/" + kReferenceFile;
-  const uint64_t data = data_key(cfg, train, eval);
-  const std::optional<Stored> stored = read_stored(path);
-  const auto sizes_fit = [&](const Stored& s) {
-    return int64_t(s.train.size()) == 2 * train.pairs_kept() &&
-           int64_t(s.eval.size()) == (eval ? 2 * eval->pairs_kept() : 0);
+ReferencePass::ReferencePass(const config::Config& cfg, data::PairSource& train, data::PairSource* eval,
+                             int64_t eval_batch, model::Decoder& model, c10::Device device,
+                             distributed::DataParallel* dp, const StopSignals& signals)
+    : cfg_(cfg), model_(model), device_(device), dp_(dp), signals_(signals) {
+  // What a set's values depend on besides the weights: its pairs and which of their tokens are kept...
+  auto data_key = [&](const data::PairSource& s) {
+    return key_of({s.fingerprint(), uint64_t(cfg.max_target_length), uint64_t(cfg.sft_long_examples)});
   };
-  auto use = [&](const Stored& s) {
-    train.set_reference(s.train);
-    if (eval) eval->set_reference(s.eval);
+  // ...and, for their bits, how the pass groups and computes them (reused only when all of it is the same).
+  auto how_key = [&](bool stream, int64_t chunk) {
+    return key_of({uint64_t(stream), uint64_t(chunk), stream ? uint64_t(cfg.data_shuffle_seed) : 0,
+                   uint64_t(cfg.packing), uint64_t(cfg.dtype), uint64_t(cfg.loss_chunk_tokens),
+                   uint64_t(cfg.fused_kernels), uint64_t(cfg.remat_policy), uint64_t(cfg.hoist_weight_cast)});
   };
-  if (resumed) {
-    if (!stored)
-      throw DataError(fmt::format("{} is missing: a resumed preference run needs the reference log-probs of its step 0, "
-                                  "which its weights can no longer give; restore the file or start a new run",
-                                  path));
-    if (stored->data != data || !sizes_fit(*stored))
-      throw DataError(fmt::format("{} belongs to other pairs than dataset_path / eval_dataset_path (or another "
-                                  "max_target_length or sft_long_examples): the run started on other data; give the "
-                                  "files it started with, or start a new run",
-                                  path));
-    use(*stored);
-    spdlog::info("reference log-probs of {} train and {} eval pairs from {}", train.pairs_kept(),
-                 eval ? eval->pairs_kept() : 0, path);
-    return;
+  const int64_t microbatch = std::max<int64_t>(1, cfg.per_device_batch_size);
+  train_ = std::make_unique<Set>(Set{train, "train", kReferenceFile, true, true, microbatch});
+  train_->data = data_key(train);
+  train_->how = how_key(true, microbatch);
+  if (eval) {
+    const int64_t batch = std::max<int64_t>(1, eval_batch);
+    eval_ = std::make_unique<Set>(Set{*eval, "eval", kEvalReferenceFile, false, false, batch});
+    eval_->data = data_key(*eval);
+    eval_->how = how_key(false, batch);
   }
-  const uint64_t start = start_key(model);
-  if (stored && stored->data == data && stored->start == start && sizes_fit(*stored)) {
-    use(*stored);
-    spdlog::info("reference log-probs reused from {} (same pairs, same starting weights)", path);
-    return;
+}
+
+ReferencePass::~ReferencePass() = default;
+
+uint64_t ReferencePass::start_key() {
+  if (!start_known_) {
+    const auto began = Clock::now();
+    start_ = starting_weights_key(model_);
+    start_known_ = true;
+    spdlog::info("starting weights fingerprinted in {:.2f} s", seconds_since(began));
   }
-  if (stored)
-    spdlog::info("{} is recomputed: it was made for {}", path,
-                 stored->data != data ? "other pairs (or max_target_length / sft_long_examples)" : "other starting weights");
-  const auto began = std::chrono::steady_clock::now();
-  Stored fresh{data, start, {}, {}};
-  {
-    at::NoGradGuard no_grad;
-    model->eval();  // no LoRA dropout: the reference is deterministic
-    struct TrainAgain {
-      model::Decoder& m;
-      ~TrainAgain() { m->train(); }
-    } train_again{model};
-    const int64_t total = train.pairs_kept() + (eval ? eval->pairs_kept() : 0);
-    int64_t done = 0;
-    fresh.train = score_all(train, model, device, cfg, done, total);
-    if (eval) fresh.eval = score_all(*eval, model, device, cfg, done, total);
+  return start_;
+}
+
+namespace {
+
+// The model in eval mode (no dropout) for the pass, train mode again after it, and the step's weight casts dropped.
+struct PassMode {
+  model::Decoder& model;
+  explicit PassMode(model::Decoder& m) : model(m) { model->eval(); }
+  ~PassMode() {
+    model->train();
+    model->clear_weight_cache();
   }
-  use(fresh);
-  if (writer) write_stored(path, fresh);
-  spdlog::info("reference log-probs of {} train and {} eval pairs computed in {:.1f} s{}", train.pairs_kept(),
-               eval ? eval->pairs_kept() : 0,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(),
-               writer ? fmt::format(", kept in {}", path) : "");
+};
+
+std::string earlier_version(const std::string& path) {
+  return fmt::format("{} was written by an earlier version of the trainer (one file for train and eval pairs), "
+                     "which this one does not read; finish the run with the version that started it, or start a new "
+                     "run",
+                     path);
+}
+
+} // namespace
+
+bool ReferencePass::eval_needs_start(const std::string& run_dir) {
+  if (!eval_) return false;
+  double needs = 0, recorded = 0;
+  if (!dp_ || dp_->rank() == 0) {
+    Stored train, eval;
+    const bool have_train = read_stored(run_dir + "/" + train_->file, train) == Found::ok;
+    const bool eval_ok = read_stored(run_dir + "/" + eval_->file, eval) == Found::ok && eval.data == eval_->data &&
+                         eval_->fits(eval) && eval.complete();
+    needs = eval_ok ? 0 : 1;
+    // The start the eval values must come from: the train reference's (no train reference: prepare() refuses).
+    if (!eval_ok && have_train) {
+      start_ = train.start;
+      recorded = 1;
+    }
+  }
+  const std::vector<double> agreed = from_rank0(dp_, {needs, recorded});
+  return agreed[0] > 0 && agreed[1] > 0;
+}
+
+void ReferencePass::score_eval_from_start() {
+  const uint64_t recorded = start_;
+  start_known_ = false;
+  double same = 0;
+  if (!dp_ || dp_->rank() == 0) same = start_key() == recorded ? 1 : 0;
+  if (from_rank0(dp_, {same})[0] == 0)
+    throw DataError(fmt::format(
+        "{} has no reference yet in this run (eval_dataset_path was added or changed after the run started), and "
+        "its reference must come from the weights the run started from; load_parameters_path and "
+        "lora_restore_path (or the seeded initialisation) no longer give them: their fingerprint differs from the one "
+        "recorded in {}. Resume without eval_dataset_path (eval_interval=-1), or start a new run",
+        eval_->pairs.label(), kReferenceFile));
+  spdlog::info("{}: eval pairs added since the start; their reference comes from the starting weights (the "
+               "fingerprint recorded in {} matches)",
+               eval_->pairs.label(), kReferenceFile);
+  Stored st = eval_->fresh(recorded);
+  PassContext c{model_, device_, dp_, signals_, cfg_};
+  PassMode mode(model_);
+  at::NoGradGuard no_grad;
+  score(*eval_, st, c, "", false);  // before the run directory is locked: prepare() writes it
+  eval_from_start_ = std::move(st.logps);
+}
+
+void ReferencePass::prepare(const std::string& run_dir, bool resumed, bool writer) {
+  const bool reader = !dp_ || dp_->rank() == 0;
+  PassContext c{model_, device_, dp_, signals_, cfg_};
+  for (Set* set : {train_.get(), eval_.get()}) {
+    if (!set) continue;
+    const std::string path = run_dir + "/" + set->file;
+    // Rank 0 reads the file and decides; the others get its decision and values. -1: refused (rank 0 throws).
+    enum Action { refused = -1, compute = 0, use = 1, resume_pass = 2 };
+    Stored st = set->fresh(0);
+    int action = compute;
+    std::string refusal;
+    if (reader) {
+      Stored stored;
+      const Found found = read_stored(path, stored);
+      const bool same_pairs = found == Found::ok && stored.data == set->data && set->fits(stored);
+      if (resumed && set == eval_.get() && !eval_from_start_.empty()) {
+        st = set->fresh(start_);
+        st.logps = eval_from_start_;
+        std::fill(st.done.begin(), st.done.end(), uint8_t(1));
+        if (writer) write_stored(path, st);
+        action = use;
+      } else if (resumed) {
+        if (found == Found::earlier_version)
+          refusal = earlier_version(path);
+        else if (found != Found::ok)
+          refusal = fmt::format("{} is missing: a resumed preference run needs the reference log-probs of its step "
+                                "0, which its weights can no longer give; restore the file or start a new run",
+                                path);
+        else if (!same_pairs || !stored.complete())
+          refusal = fmt::format("{} belongs to other pairs than {} (or another max_target_length or "
+                                "sft_long_examples): the run started on other data; give the file it started with, or "
+                                "start a new run",
+                                path, set == train_.get() ? "dataset_path" : "eval_dataset_path");
+        else {
+          st = std::move(stored);
+          action = use;
+          spdlog::info("reference log-probs of the {} {} pairs from {}", set->n(), set->name, path);
+        }
+      } else {
+        const uint64_t start = start_key();
+        st = set->fresh(start);
+        if (same_pairs && stored.start == start && stored.how == set->how) {
+          action = stored.complete() ? use : resume_pass;
+          st = std::move(stored);
+          if (action == use) spdlog::info("reference log-probs reused from {} (same pairs, same starting weights)", path);
+        } else if (found == Found::ok || found == Found::earlier_version) {
+          spdlog::info("{} is recomputed: it was made for {}", path,
+                       found == Found::earlier_version ? "an earlier version of the trainer"
+                       : !same_pairs                   ? "other pairs (or max_target_length / sft_long_examples)"
+                       : stored.start != start         ? "other starting weights"
+                                                       : "other microbatches (per_device_batch_size, packing, dtype, ...)");
+        }
+      }
+      if (!refusal.empty()) action = refused;
+    }
+    // Share the decision and the values held so far: [action, done..., logps...].
+    std::vector<double> shared = {double(action)};
+    shared.insert(shared.end(), st.done.begin(), st.done.end());
+    shared.insert(shared.end(), st.logps.begin(), st.logps.end());
+    shared = from_rank0(dp_, std::move(shared));
+    action = int(shared[0]);
+    if (action == refused) {
+      if (reader) throw DataError(refusal);
+      throw DataError(fmt::format("rank 0 refused {} (its log says why)", path));
+    }
+    if (!reader) {
+      for (size_t j = 0; j < st.done.size(); ++j) st.done[j] = shared[1 + j] > 0 ? 1 : 0;
+      std::copy(shared.begin() + long(1 + st.done.size()), shared.end(), st.logps.begin());
+    }
+    if (action != use) {
+      PassMode mode(model_);
+      score(*set, st, c, path, writer);
+    }
+    set->pairs.set_reference(st.logps);
+  }
 }
 
 } // namespace shadowgrad::train

@@ -91,6 +91,7 @@ class StepLoop {
 
   RunSummary run() {
     stop_if_signalled_during_start_up();
+    if (cfg_.eval_on_start && start_.state.step == 0 && evaluator_.enabled()) evaluate_on_start();
     const checkpoint::TrainState& state = start_.state;
     StepProfiler profiler(start_.dir ? start_.dir->file("profile.trace.json") : "",
                           state.step + cfg_.skip_first_n_steps_for_profiler,
@@ -135,6 +136,23 @@ class StepLoop {
                              stop);
   }
 
+  // eval_on_start (HF's): the evaluation before step 1, metrics.jsonl's line for step 0. Under use_dpo the policy is
+  // the reference there, scored in the same batches: every eval reward is exactly 0.
+  void evaluate_on_start() {
+    const auto began = std::chrono::steady_clock::now();
+    summary_.eval_loss = evaluator_.run(step_.model(), device_, step_.data_parallel());
+    const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    const double samples_s = evaluator_.samples().write(0, step_.model());
+    spdlog::info("step 0 (eval_on_start): eval_loss {:.4f} in {:.1f} s", summary_.eval_loss, eval_s);
+    if (!metrics_) return;
+    JsonNumbers fields{{"step", 0.0}, {"tokens_seen", 0.0}, {"eval_loss", summary_.eval_loss}, {"eval_s", eval_s}};
+    if (evaluator_.last_preference())
+      for (const auto& field : evaluator_.last_preference()->metrics("eval_")) fields.push_back(field);
+    if (evaluator_.samples().enabled()) fields.push_back({"samples_s", samples_s});
+    metrics_->write(fields);
+    if (tensorboard_) tensorboard_->write(0, fields);
+  }
+
   // The step's loss, tokens and time in the run's totals.
   void record(int64_t s, const StepStats& st) {
     guard_.record(st);
@@ -163,8 +181,10 @@ class StepLoop {
   // metrics.jsonl's line for the step (with eval_loss when it evaluated) and the console's.
   void report(int64_t s, const StepStats& st, int64_t peak, bool evaluated, double eval_s, double samples_s) {
     JsonNumbers fields = step_metrics(st, peak, start_.state.skipped_steps);
-    // tokens_seen: training positions so far (sequences x max_target_length), what batch_size_schedule counts.
-    fields.push_back({"tokens_seen", double(policy_.state().sequences * cfg_.max_target_length)});
+    // tokens_seen: training positions so far (sequences x max_target_length), what batch_size_schedule counts; a
+    // preference pair is two sequences.
+    const int64_t per_example = cfg_.dataset_type == config::DatasetType::preference ? 2 : 1;
+    fields.push_back({"tokens_seen", double(per_example * policy_.state().sequences * cfg_.max_target_length)});
     if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary_.eval_loss}, {"eval_s", eval_s}});
     if (evaluated && evaluator_.last_preference())
       for (const auto& field : evaluator_.last_preference()->metrics("eval_")) fields.push_back(field);

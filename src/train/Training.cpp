@@ -3,11 +3,13 @@
 #include <sys/resource.h>
 
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/Checkpointer.h"
+#include "config/ConfigWriter.h"
 #include "config/Dtypes.h"
 #include "config/GlobalBatch.h"
 #include "data/DataSource.h"
@@ -36,6 +38,7 @@
 #include "train/StepLoop.h"
 #include "train/TrainStep.h"
 #include "util/Errors.h"
+#include "util/File.h"
 
 namespace shadowgrad::train {
 
@@ -120,6 +123,29 @@ void load_pretrained(const config::Config& cfg, torch::nn::Module& model) {
   if (!sources.adapter.empty()) spdlog::info("adapters from {}", sources.adapter);
 }
 
+// The weights the run started from, read again over a resumed model (whose checkpoint is not restored yet): the base
+// of a full fine-tuning run (a LoRA run's frozen base is in place already) and the adapter it started from; where
+// neither was given, the seeded initialisation the model was built with.
+void load_starting_weights(const config::Config& cfg, torch::nn::Module& model) {
+  hub::WeightSources sources;
+  if (cfg.lora_rank == 0) sources.base = cfg.load_parameters_path;
+  sources.adapter = cfg.lora_restore_path;
+  if (!sources.base.empty() || !sources.adapter.empty()) hub::load_model_weights(sources, cfg, model);
+}
+
+// use_dpo switches dropout off unless dpo_disable_dropout=false (model/LoraOptions.cpp); say which.
+void log_dropout(const config::Config& cfg) {
+  if (cfg.lora_rank == 0 || cfg.lora_dropout <= 0) return;
+  if (cfg.dpo_disable_dropout)
+    spdlog::info("use_dpo: lora_dropout={} is off in the policy (dpo_disable_dropout=true, as TRL's disable_dropout), "
+                 "so step 1's rewards are 0; dpo_disable_dropout=false keeps it",
+                 cfg.lora_dropout);
+  else
+    spdlog::info("use_dpo: lora_dropout={} stays on in the policy (dpo_disable_dropout=false); the reference is "
+                 "scored without it, so step 1's rewards are not 0",
+                 cfg.lora_dropout);
+}
+
 // Threads, the allocator cache, and what the user should know about the compute dtype. Returns the thread count.
 int configure_process(const config::Config& cfg, const ComputeDtypeChoice& dtype) {
   const int threads = configure_threads(cfg.num_threads);
@@ -133,12 +159,16 @@ void log_run_start(const config::Config& cfg, const ComputeDtypeChoice& dtype, c
                    int world, int threads) {
   int64_t params = 0;
   for (const auto& p : step.model()->parameters()) params += p.numel();
-  spdlog::info("run {} | {} parameters | K={} x {} sequences x {} tokens x {} processes = global batch {}{} | "
+  // A pair is two sequences: K x B pairs (2B sequences) x T tokens.
+  const bool pairs = cfg.dataset_type == config::DatasetType::preference;
+  const std::string unit =
+      pairs ? fmt::format("pairs ({} sequences)", 2 * cfg.per_device_batch_size) : std::string("sequences");
+  spdlog::info("run {} | {} parameters | K={} x {} {} x {} tokens x {} processes = global batch {}{}{} | "
                "grad_dtype={} dtype={} ({}) | {} threads",
                start.dir ? start.dir->path() : "(written by rank 0)", params, cfg.gradient_accumulation_steps,
-               cfg.per_device_batch_size, cfg.max_target_length, world, config::global_batch(cfg, world),
-               cfg.global_batch_size > 0 ? " (global_batch_size; K derived)" : "", cfg.grad_dtype, cfg.dtype,
-               dtype.why, threads);
+               cfg.per_device_batch_size, unit, cfg.max_target_length, world, config::global_batch(cfg, world),
+               pairs ? " pairs" : "", cfg.global_batch_size > 0 ? " (global_batch_size; K derived)" : "",
+               cfg.grad_dtype, cfg.dtype, dtype.why, threads);
   if (cfg.lora_rank > 0) {
     const int64_t frozen = model::count_weights(step.model()->options()).base;  // not the RoPE tables, not the mask
     spdlog::info("LoRA r={} on {}: {} trainable adapter parameters, {} frozen base values in {} (docs/lora.md)",
@@ -177,7 +207,7 @@ RunSummary Training::run() {
   model->to(device_);
   auto* pairs = dynamic_cast<data::PairSource*>(source_.get());
   // per_device_batch_size=auto's probe runs the preference loss on pairs before the reference exists; it measures
-  // memory only, so zeros stand in, and prepare_reference replaces them before step 1.
+  // memory only, so zeros stand in, and the reference pass replaces them before step 1.
   if (pairs && cfg_.per_device_batch_size == config::kAuto)
     pairs->set_reference(std::vector<double>(size_t(2 * pairs->pairs_kept()), 0.0));
   fit_microbatch(cfg_, model, *source_, device_, dp.get(), world);  // per_device_batch_size=auto, memory_budget_mib
@@ -187,6 +217,16 @@ RunSummary Training::run() {
   if (batches.changes()) options.max_accumulation_steps = batches.largest_batch() / (cfg_.per_device_batch_size * world);
   TrainStep step(options, model, *source_, device_, dp);
 
+  std::optional<ReferencePass> reference;  // use_dpo: the reference log-probs (PreferenceReference.h)
+  if (pairs)
+    reference.emplace(cfg_, *pairs, dynamic_cast<data::PairSource*>(evaluator_->source()),
+                      evaluator_->batch_per_process(), model, device_, dp.get(), signals);
+  // A resume whose eval pairs have no reference yet scores them from the starting weights, before the checkpoint
+  // replaces them.
+  if (reference && checkpoint::can_resume(cfg_) && reference->eval_needs_start(checkpoint::run_dir_of(cfg_))) {
+    load_starting_weights(cfg_, *model);
+    reference->score_eval_from_start();
+  }
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
   const bool budget_spent = cfg_.train_tokens > 0 && start.state.sequences >= cfg_.train_sequences();
   if (start.state.step > 0 && (start.state.step == cfg_.steps || budget_spent)) return finish_from_disk(start, step, meter);
@@ -194,9 +234,13 @@ RunSummary Training::run() {
     hub::carry_model_files(cfg_.load_parameters_path, start.dir->path());  // tokenizer, config.json, source.json
     if (cfg_.lora_rank > 0) hub::write_base_record(cfg_.load_parameters_path, start.dir->path());  // checked on resume
   }
-  if (pairs)  // use_dpo: the reference log-probs before step 1, or from the run's file
-    prepare_reference(cfg_, *pairs, dynamic_cast<data::PairSource*>(evaluator_->source()), model, device_,
-                      checkpoint::run_dir_of(cfg_), start.state.step > 0, start.dir.has_value());
+  if (reference) {
+    // config.yml first: it marks the directory as this command's run, so that a run killed during the pass starts
+    // again (RunDirectory.h) and continues the pass from what it kept.
+    if (start.dir && start.state.step == 0) util::write_file_atomically(start.dir->file("config.yml"), config::to_yaml(cfg_));
+    log_dropout(cfg_);
+    reference->prepare(checkpoint::run_dir_of(cfg_), start.state.step > 0, start.dir.has_value());
+  }
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
   log_run_start(cfg_, dtype_, start, step, world, threads);
   RunSummary summary = run_steps(cfg_, step, *evaluator_, meter, signals, start, device_, policy);
