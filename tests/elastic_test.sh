@@ -149,6 +149,10 @@ train_ok z2 2 4 gradient_accumulation_steps=2 "${z2[@]}"
 grep -q 'resharding: the checkpoint was written by 4 processes' "$log" || fail "no resharding line at 4 -> 2"
 train_ok z2 1 6 gradient_accumulation_steps=4
 tight z2 z2_straight "ZeRO-2 4 processes K=1 -> 2 processes K=2 -> 1 process K=4"
+# A sharded run's checkpoint exports as any other (rank 0 wrote the whole weights).
+"$(dirname "$TRAINER")/export_hf" "$runs/z2_straight" "$tmp/z2_hf" >"$tmp/z2_export.log" 2>&1 ||
+  { cat "$tmp/z2_export.log"; fail "export_hf of a ZeRO-2 run failed"; }
+[[ -f $tmp/z2_hf/config.json && -f $tmp/z2_hf/model.safetensors ]] || fail "the ZeRO-2 export has no config.json/model.safetensors"
 from_step3 p1 p1_to_z2
 train_ok p1_to_z2 4 6 gradient_accumulation_steps=1 "${z2[@]}"
 tight p1_to_z2 p1_straight "1 process K=4 -> ZeRO-2 4 processes K=1"

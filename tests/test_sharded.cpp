@@ -14,7 +14,9 @@
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
 #include "distributed/ShardPlan.h"
+#include "memory/MemoryReport.h"
 #include "model/Decoder.h"
+#include "train/MemoryProbe.h"
 #include "train/TrainStep.h"
 
 using namespace shadowgrad;
@@ -24,7 +26,7 @@ namespace {
 struct ShardedTrace {
   std::vector<double> loss, grad_norm;
   std::vector<at::Tensor> weights;
-  int64_t shadow_bytes = 0;
+  int64_t shadow_bytes = 0, optimizer_bytes = 0;
   distributed::CollectiveCounts last_step;
 };
 
@@ -61,6 +63,7 @@ ShardedTrace train_sharded(const config::Config& c, int steps, distributed::Comm
   }
   for (const auto& p : step.accumulator().params()) t.weights.push_back(p.detach().clone());
   t.shadow_bytes = step.accumulator().bytes();
+  t.optimizer_bytes = memory::optimizer_state_bytes(step.optimizer());
   return t;
 }
 
@@ -202,4 +205,16 @@ TEST_CASE("sharded gradients reduce every microbatch: K more microbatches add K 
   CHECK(buckets_per_micro > 1);
   CHECK(at_k[1].all_gather == at_k[0].all_gather);  // one all-gather of the weights per step, whatever K
   CHECK(at_k[1].bytes > 2 * at_k[0].bytes);
+}
+
+TEST_CASE("the pre-start memory plan counts each process's range of the shadow tree and the optimizer state",
+          "[sharded][memory]") {
+  const auto c = sharded_config(2, true, config::GradDtype::float32);
+  const auto ranks = train_sharded_ranks(2, c, 1);
+  const memory::Footprint plan = train::footprint_from_config(c, 2), whole = train::footprint_from_config(c, 1);
+  INFO("plan: shadow " << plan.shadow_tree << ", optimizer " << plan.optimizer_state << "; rank 0 holds "
+                       << ranks[0].shadow_bytes << " and " << ranks[0].optimizer_bytes);
+  CHECK(plan.shadow_tree == ranks[0].shadow_bytes);  // rank 0 holds ceil(T / 2) elements, the most any rank holds
+  CHECK(std::abs(plan.optimizer_state - ranks[0].optimizer_bytes) <= 8);
+  CHECK(plan.shadow_tree * 2 <= whole.shadow_tree + 4);
 }
