@@ -164,7 +164,6 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
     loss_sum += loss.detach();
     sums.backward_s += seconds_since(mark);
   }
-  if (dp_) dp_->after_last_backward(*accumulator_);  // sharded gradients: the last buckets, before the window closes
   end_folds(step, sums);
   double loss = loss_sum.item<double>();
   const at::Tensor rider = noise_ && dp_ ? noise_rider(micro_tokens) : at::Tensor();
@@ -178,6 +177,7 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
 }
 
 void TrainStep::end_folds(int64_t step, Accumulated& sums) {
+  if (dp_) dp_->after_last_backward(*accumulator_);  // sharded gradients: the last buckets, before the window closes
   accumulator_->end();
   sums.fold_s = accumulator_->fold_seconds();
   sums.grad_rel_error = accumulator_->reference_error();
@@ -224,7 +224,6 @@ Accumulated TrainStep::accumulate_pairs(int64_t step, const StepBatch& plan) {
     objective.backward();
     sums.backward_s += seconds_since(mark);
   }
-  if (dp_) dp_->after_last_backward(*accumulator_);
   end_folds(step, sums);
   if (dp_) {
     dp_->reduce_gradients(*accumulator_, at::Tensor());  // the one reduction of the step

@@ -146,7 +146,8 @@ class TrainStep {
   void read_noise_inputs(const at::Tensor& rider, const std::vector<int64_t>& micro_tokens, NoiseScaleInputs& out);
   // use_dpo: the microbatch loop over pairs (PreferenceLoss.h); the global batch counts pairs.
   Accumulated accumulate_pairs(int64_t step, const StepBatch& plan);
-  // After the last backward of the loop: end the window and read what the fold measured.
+  // After the last backward of the loop: the sharded reduction's last buckets, then end the window and read what the
+  // fold measured.
   void end_folds(int64_t step, Accumulated& sums);
   // K for a global batch: it must split into whole microbatches on every process.
   int64_t micro_steps_for(int64_t global_batch) const;
