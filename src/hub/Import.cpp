@@ -91,8 +91,6 @@ void check_config_against_weights(const HfConfig& hf, const config::Config& cfg,
                                      headroom.source));
 }
 
-std::string carried_dir(const std::string& run_dir) { return run_dir + "/hf"; }
-
 // A peft adapter directory given where a model is expected: say so, and where it goes.
 void refuse_adapter_dir(const std::string& dir) {
   const fs::path adapter = fs::path(dir) / "adapter_config.json";
@@ -112,6 +110,8 @@ void refuse_adapter_dir(const std::string& dir) {
 }
 
 } // namespace
+
+std::string carried_dir(const std::string& run_dir) { return run_dir + "/hf"; }
 
 HfConfig configure_from_model_dir(config::Config& cfg) {
   const std::string& dir = cfg.load_parameters_path;
