@@ -11,9 +11,10 @@
 #     and the field (lora_alpha's own range); r above a target's smaller side is warned about, and r at it is not;
 #   - generate --adapter naming no directory says so (not lora_restore_path=...); export_hf onto an existing file, a
 #     merged export into an adapter's directory, an adapter into a merged model's, or any export into the run's base
-#     exits 2 (an adapter over an adapter is replaced); load_parameters_path=ADAPTER_DIR names lora_restore_path.
+#     exits 2 (an adapter over an adapter is replaced); load_parameters_path=ADAPTER_DIR names lora_restore_path;
+#   - the same command again on a finished run logs no relative load_parameters_path as changed.
 # The Hugging Face base is our own export of a 1-step tiny.yml run, and the adapter a LoRA run's export_hf --adapter:
-# no Python. Cost: 14 trainer runs of the tiny model (1-4 steps), 3 exports, 3 generate: ~15 s on 2 cores.
+# no Python. Cost: 16 trainer runs of the tiny model (1-4 steps), 7 exports, 3 generate: ~15 s on 2 cores.
 #
 # Usage: tests/lora_cli_test.sh TRAINER EXPORT_HF GENERATE
 # Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed).
@@ -72,6 +73,12 @@ ok a steps=1 load_parameters_path=llama lora_rank=4 lora_alpha=8 lora_target_mod
 rel=(load_parameters_path=llama lora_restore_path=adapter checkpoint_period=1)
 ok r steps=2 "${rel[@]}"
 grep -q "adapters from adapter" "$tmp/r.log" || fail "run r did not start from the adapter"
+# The same command again: the run is complete, and its relative load_parameters_path is the absolute one it recorded.
+before=$(wc -l <"$tmp/r.log")
+ok r steps=2 "${rel[@]}"
+tail -n +"$((before + 1))" "$tmp/r.log" | grep -q "already complete" || fail "the rerun of the finished run r trained"
+tail -n +"$((before + 1))" "$tmp/r.log" | grep "changed keys" | grep -q load_parameters_path &&
+  fail "the rerun logs load_parameters_path as changed: $(grep 'changed keys' "$tmp/r.log")"
 mv adapter adapter.moved
 cd "$elsewhere" || fail "cd $elsewhere"
 ok r steps=3 "${rel[@]}"

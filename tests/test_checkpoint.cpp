@@ -389,7 +389,7 @@ TEST_CASE("resuming names each key that changed, old and new value as the config
   // names another file is one.
   changed.base_output_directory = fs::relative(c.base_output_directory).string() + "/";
   REQUIRE(changed.base_output_directory != c.base_output_directory);
-  changed.tokenizer_path = "other.model";
+  changed.eval_prompts_path = "other.jsonl";
   std::ostringstream log;
   const auto previous = spdlog::default_logger();
   spdlog::set_default_logger(
@@ -405,7 +405,7 @@ TEST_CASE("resuming names each key that changed, old and new value as the config
   CHECK_THAT(log.str(), Catch::Contains("resuming with changed keys: ") && Catch::Contains(change("learning_rate")) &&
                             Catch::Contains(change("steps")));
   CHECK_THAT(log.str(), !Catch::Contains("vocab_size"));
-  CHECK_THAT(log.str(), !Catch::Contains("base_output_directory") && Catch::Contains(change("tokenizer_path")));
+  CHECK_THAT(log.str(), !Catch::Contains("base_output_directory") && Catch::Contains(change("eval_prompts_path")));
 }
 
 TEST_CASE("checkpoint_period, the last step, and keeping the newest N", "[checkpoint]") {
