@@ -40,7 +40,11 @@ int export_run(const std::string& run_dir, const std::string& out_dir, int64_t s
     throw sg::InputError(fmt::format("{}: no config.yml: not a run directory", run_dir));
   // The run's own config: its model keys already hold the shape load_parameters_path gave it.
   auto cfg = sg::config::load_config(config_path, {});
-  sg::hub::check_export_destination(out_dir, adapter, {cfg.load_parameters_path, sg::hub::recorded_base_dir(run_dir)});
+  // The base as the run recorded it (absolute); a relative load_parameters_path in config.yml names a directory
+  // relative to where the trainer ran, not to here.
+  const std::string given_base =
+      std::filesystem::path(cfg.load_parameters_path).is_absolute() ? cfg.load_parameters_path : "";
+  sg::hub::check_export_destination(out_dir, adapter, {sg::hub::recorded_base_dir(run_dir), given_base});
   sg::model::refuse_weights_beyond_headroom(sg::model::DecoderOptions::from_config(cfg), run_dir);  // before building
   sg::model::Decoder model(sg::model::DecoderOptions::from_config(cfg));
   // The weights alone (no optimizer state), and nothing in the run directory touched: a trainer may be writing it.

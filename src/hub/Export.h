@@ -38,7 +38,7 @@ void export_model_dir(const config::Config& cfg, torch::nn::Module& model, const
 // `protected_dirs` (the run's base model directory, which a merged export would overwrite). An export of the same
 // kind is replaced (export_model_dir drops stale shards). Nothing when out_dir does not exist.
 //
-//   check_export_destination(out_dir, /*adapter=*/false, {cfg.load_parameters_path, recorded_base_dir(run_dir)});
+//   check_export_destination(out_dir, /*adapter=*/false, {recorded_base_dir(run_dir)});
 void check_export_destination(const std::string& out_dir, bool adapter, const std::vector<std::string>& protected_dirs);
 
 // weight + scale * (b @ a), all in fp32 (peft's merge order: the product, then the scale, then the sum), for the
