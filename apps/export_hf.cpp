@@ -2,7 +2,8 @@
 // a Hugging Face model directory (config.json, safetensors, the tokenizer files the run brought) that transformers'
 // from_pretrained loads, a LoRA run's adapters merged in; with --adapter, a LoRA run's adapters alone as a peft
 // adapter directory (docs/lora.md). Thin by design: parse, call src/hub, choose the exit code (docs/huggingface.md).
-// Exit codes: 0 written; 1 runtime failure; 2 bad input (no run, no checkpoint, a damaged checkpoint, bad flag).
+// Exit codes: 0 written; 1 runtime failure; 2 bad input (no run, no checkpoint, a damaged checkpoint, bad flag, an
+// OUT_DIR holding the other kind of export or the run's base model).
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -14,6 +15,7 @@
 #include "VersionLine.h"
 #include "checkpoint/MetricsTail.h"
 #include "config/ConfigLoader.h"
+#include "hub/BaseRecord.h"
 #include "hub/Export.h"
 #include "hub/ExportSurvival.h"
 #include "hub/ModelWeights.h"
@@ -38,6 +40,11 @@ int export_run(const std::string& run_dir, const std::string& out_dir, int64_t s
     throw sg::InputError(fmt::format("{}: no config.yml: not a run directory", run_dir));
   // The run's own config: its model keys already hold the shape load_parameters_path gave it.
   auto cfg = sg::config::load_config(config_path, {});
+  // The base as the run recorded it (absolute); a relative load_parameters_path in config.yml names a directory
+  // relative to where the trainer ran, not to here.
+  const std::string given_base =
+      std::filesystem::path(cfg.load_parameters_path).is_absolute() ? cfg.load_parameters_path : "";
+  sg::hub::check_export_destination(out_dir, adapter, {sg::hub::recorded_base_dir(run_dir), given_base});
   sg::model::refuse_weights_beyond_headroom(sg::model::DecoderOptions::from_config(cfg), run_dir);  // before building
   sg::model::Decoder model(sg::model::DecoderOptions::from_config(cfg));
   // The weights alone (no optimizer state), and nothing in the run directory touched: a trainer may be writing it.

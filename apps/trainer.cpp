@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
   // First: a SIGINT / SIGTERM during start-up is kept (training then stops before its first step), and a SIGINT
   // the parent left ignored (a script's background job) is honoured.
   shadowgrad::train::install_stop_handlers();
+  shadowgrad::train::hold_for_test("start-up");  // tests only (SHADOWGRAD_TEST_HOLD, src/train/Signals.h)
   // Before any tensor exists, so that every CPU allocation is counted.
   shadowgrad::memory::TrackingAllocator::install();
   CLI::App app{"shadowgrad trainer: gradient accumulation into a grad_dtype shadow tree.\n"

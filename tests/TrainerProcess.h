@@ -52,6 +52,34 @@ inline pid_t spawn(const std::string& args, const std::string& log, const std::s
   return pid;
 }
 
+// True while `pid` (a child) has not exited; it is not reaped, so wait_for still gets its status.
+inline bool running(pid_t pid) {
+  siginfo_t info{};
+  return waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0;
+}
+
+// Waits until the file `path` holds `needle` (true), or `pid` has exited or 120 s have passed (false).
+inline bool wait_for_text(const std::string& path, const std::string& needle, pid_t pid) {
+  for (int i = 0; i < 120000; ++i) {
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find(needle) != std::string::npos) return true;
+    if (!running(pid)) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// The trainer held at `point` (SHADOWGRAD_TEST_HOLD=`point`, src/train/Signals.h): starts it like spawn and returns
+// once it says it waits there, or -1 if it exited first (its log is `log`). A stop signal sent then lands at that
+// point: with "step-S", the run stops after step S with a checkpoint of step S, whatever the machine's load.
+inline pid_t spawn_held(const std::string& args, const std::string& log, const std::string& point,
+                        const std::string& env = "") {
+  const pid_t pid = spawn(args, log, "SHADOWGRAD_TEST_HOLD=" + point + (env.empty() ? "" : " " + env));
+  const std::string at = point.substr(0, point.find(':'));
+  return wait_for_text(log, "test hold: at " + at + ",", pid) ? pid : -1;
+}
+
 inline int wait_for(pid_t pid) {
   int status = 0;
   waitpid(pid, &status, 0);

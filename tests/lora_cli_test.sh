@@ -9,10 +9,12 @@
 #   - crafted adapters: r 10^9 exits 2 in generate BASE --adapter (its weights against what the process may take) and
 #     in the trainer (its footprint), before anything is allocated; lora_alpha 1e308 exits 2 in both, naming the file
 #     and the field (lora_alpha's own range); r above a target's smaller side is warned about, and r at it is not;
-#   - generate --adapter naming no directory says so (not lora_restore_path=...), and export_hf onto an existing file
-#     exits 2.
+#   - generate --adapter naming no directory says so (not lora_restore_path=...); export_hf onto an existing file, a
+#     merged export into an adapter's directory, an adapter into a merged model's, or any export into the run's base
+#     exits 2 (an adapter over an adapter is replaced); load_parameters_path=ADAPTER_DIR names lora_restore_path;
+#   - the same command again on a finished run logs no relative load_parameters_path as changed.
 # The Hugging Face base is our own export of a 1-step tiny.yml run, and the adapter a LoRA run's export_hf --adapter:
-# no Python. Cost: 14 trainer runs of the tiny model (1-4 steps), 3 exports, 3 generate: ~15 s on 2 cores.
+# no Python. Cost: 16 trainer runs of the tiny model (1-4 steps), 7 exports, 3 generate: ~15 s on 2 cores.
 #
 # Usage: tests/lora_cli_test.sh TRAINER EXPORT_HF GENERATE
 # Exit: 0 pass; 1 fail (the scratch directory is kept and its path printed).
@@ -71,6 +73,12 @@ ok a steps=1 load_parameters_path=llama lora_rank=4 lora_alpha=8 lora_target_mod
 rel=(load_parameters_path=llama lora_restore_path=adapter checkpoint_period=1)
 ok r steps=2 "${rel[@]}"
 grep -q "adapters from adapter" "$tmp/r.log" || fail "run r did not start from the adapter"
+# The same command again: the run is complete, and its relative load_parameters_path is the absolute one it recorded.
+before=$(wc -l <"$tmp/r.log")
+ok r steps=2 "${rel[@]}"
+tail -n +"$((before + 1))" "$tmp/r.log" | grep -q "already complete" || fail "the rerun of the finished run r trained"
+tail -n +"$((before + 1))" "$tmp/r.log" | grep "changed keys" | grep -q load_parameters_path &&
+  fail "the rerun logs load_parameters_path as changed: $(grep 'changed keys' "$tmp/r.log")"
 mv adapter adapter.moved
 cd "$elsewhere" || fail "cd $elsewhere"
 ok r steps=3 "${rel[@]}"
@@ -108,7 +116,8 @@ craft loud lora_alpha 1e308
 gen_refused "lora_alpha = 1e+308: out of the range of lora_alpha" "$start/llama" --adapter loud
 refused loud "lora_alpha = 1e+308" "adapter_config.json" -- steps=1 load_parameters_path="$start/llama" \
   lora_restore_path=loud
-echo "== what a new user mistypes: --adapter that is no directory, export_hf onto a file"
+echo "== what a new user mistypes: --adapter that is no directory, export_hf onto a file, into another export or the"\
+  "base, an adapter as load_parameters_path"
 gen_refused "--adapter nope: not a directory" "$start/llama" --adapter nope
 touch afile
 rc=0
@@ -116,6 +125,23 @@ rc=0
 ((rc == 2)) || fail "export_hf onto a file exited $rc, not 2: $(cat "$tmp/export_file.log")"
 grep -q "afile: exists and is not a directory" "$tmp/export_file.log" || fail "export_hf: $(cat "$tmp/export_file.log")"
 echo "exit 2: export_hf RUN afile: $(cat "$tmp/export_file.log")"
+export_refused() {  # export_refused NEEDLE ARGS...: export_hf exits 2 with NEEDLE in its message
+  local needle=$1 rc=0
+  shift
+  "$export_hf" "$@" >"$tmp/export_refused.log" 2>&1 || rc=$?
+  ((rc == 2)) || fail "export_hf $* exited $rc, not 2: $(cat "$tmp/export_refused.log")"
+  grep -qF -- "$needle" "$tmp/export_refused.log" || fail "export_hf $*: no '$needle' in: $(cat "$tmp/export_refused.log")"
+  echo "exit 2: export_hf $*: $(cut -c1-200 "$tmp/export_refused.log")"
+}
+rm -rf an_adapter && cp -r "$start/adapter.moved" an_adapter
+export_refused "an_adapter: holds a peft adapter (adapter_" "$runs/r" an_adapter
+[[ ! -e an_adapter/config.json && ! -e an_adapter/model.safetensors ]] || fail "the refused export wrote into an_adapter"
+export_refused "merged: holds a model (" "$runs/r" merged --adapter
+export_refused "this is the model directory the run was trained from" "$runs/r" "$start/llama"
+"$export_hf" "$runs/r" an_adapter --adapter >"$tmp/export_again.log" 2>&1 ||
+  fail "control: an adapter export over an adapter export: $(cat "$tmp/export_again.log")"
+refused as_base "load_parameters_path=an_adapter: this is a peft LoRA adapter" "lora_restore_path=an_adapter" -- \
+  steps=1 load_parameters_path=an_adapter
 
 echo "== a rank above a target's smaller side is warned about (k_proj is 16 x 32), one at that side is not"
 ok wide steps=1 lora_rank=17 lora_target_modules=k_proj

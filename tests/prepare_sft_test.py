@@ -215,6 +215,8 @@ def main():
 
     # Bad lines: exit 2 naming FILE:LINE.
     bad = [("notjson.jsonl", ['{"input_ids": [1, 2]}', "{oops"], ":2: not JSON"),
+           ("unterminated.jsonl", ['{"prompt": "a", "completion": "b'],
+            ":1: not JSON: Unterminated string starting at column 31"),
            ("form.jsonl", [{"question": "x"}], ":1: unknown form"),
            ("labels.jsonl", [{"input_ids": [1, 2], "labels": [-100, 3]}], ":1: labels[1]: 3"),
            ("notok.jsonl", [{"prompt": "a", "completion": "b"}], ":1: prompt: text needs --tokenizer"),

@@ -6,7 +6,9 @@
 #     --standalone's c10d rendezvous on a free port instead of its fixed 29400): the workers run in their own
 #     session, so only the agent's SIGTERM reaches them.
 # Either way the step under way finishes, rank 0 writes a checkpoint, no trainer exits at once ("exiting now"), and
-# re-running the same command resumes from that checkpoint and finishes with every step once.
+# re-running the same command resumes from that checkpoint and finishes with every step once. Both trainers are held
+# before step 3 (SHADOWGRAD_TEST_HOLD=step-3, src/train/Signals.h) until their signal comes, so it lands there
+# whatever the machine's load: the run stops after step 3, with a checkpoint of step 3.
 # Cost: two 2-process runs of the tiny model, about 5 s (torchrun: plus its Python start-up, about 5 s more).
 #
 # Usage: tests/signals_test.sh launch|torchrun TRAINER COMPARE_RUNS
@@ -23,9 +25,8 @@ if [[ $mode == torchrun && ! -x $torchrun ]]; then
 fi
 source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" "signals_test ($mode)" "$@"
 
-steps=20
-# K=16: a step takes about 0.1 s, so the signal finds the run well before its end.
-args=("${tiny[@]}" steps=$steps gradient_accumulation_steps=16 checkpoint_period=1000 run_name=group_int)
+steps=6
+args=("${tiny[@]}" steps=$steps gradient_accumulation_steps=2 checkpoint_period=1000 run_name=group_int)
 if [[ $mode == launch ]]; then
   cmd=("$launch" --nproc 2 "${args[@]}")
 else
@@ -37,24 +38,20 @@ else
 fi
 metrics=$runs/group_int/metrics.jsonl
 
-echo "== $mode: SIGINT to the process group after step 2"
+echo "== $mode: SIGINT to the process group, both trainers held before step 3"
 set -m  # the launcher gets a process group of its own, as a terminal's foreground job does
-"${cmd[@]}" >"$tmp/first.log" 2>&1 &
+SHADOWGRAD_TEST_HOLD=step-3 "${cmd[@]}" >"$tmp/first.log" 2>&1 &
 pgid=$!
 set +m
 started+=("$pgid")
-for ((i = 0; i < 1200; i++)); do
-  [[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] && break
-  sleep 0.05
-done
-[[ -f $metrics && $(wc -l <"$metrics") -ge 2 ]] || { cat "$tmp/first.log" >&2; fail "no 2 steps within 60 s"; }
+wait_for_hold "$tmp/first.log" step-3 2 "$pgid"
 kill -INT -- "-$pgid"
 rc=0
 wait "$pgid" || rc=$?
 echo "launcher exited $rc"
 done_steps=$(grep -c '"step"' "$metrics")
 ((rc != 0)) || fail "the launcher exited 0 after SIGINT at step $done_steps of $steps"
-((done_steps < steps)) || fail "the run finished before the signal took effect"
+((done_steps == 3)) || { cat "$tmp/first.log" >&2; fail "the run stopped after step $done_steps, not 3"; }
 grep -q "exiting now" "$tmp/first.log" && { cat "$tmp/first.log" >&2; fail "a trainer exited at once (a burst read as two requests)"; }
 grep -q "stopped by SIG" "$tmp/first.log" || { cat "$tmp/first.log" >&2; fail "no trainer says it stopped by a signal"; }
 [[ -d $runs/group_int/checkpoints/step-$done_steps ]] ||

@@ -75,15 +75,19 @@ final() { grep -o '"final_loss": [^,}]*' "$1"; }
 echo "== one SIGINT to a 3-run sweep: the run under way checkpoints, nothing new starts, exit 130"
 out=$tmp/stopped
 set -m  # job control: the background sweep gets its own process group and may trap SIGINT
-"$repo/scripts/sweep.sh" tiny.yml gradient_accumulation_steps=1,2,4 steps=400 checkpoint_period=1000 log_period=1 --out "$out" \
-  >"$tmp/stopped.out" 2>&1 &
+# Its first run is held before step 4 (SHADOWGRAD_TEST_HOLD, src/train/Signals.h) until the SIGINT the sweep
+# forwards: the signal lands there, whatever the machine's load.
+SHADOWGRAD_TEST_HOLD=step-4 "$repo/scripts/sweep.sh" tiny.yml gradient_accumulation_steps=1,2,4 steps=6 \
+  checkpoint_period=1000 log_period=1 --out "$out" >"$tmp/stopped.out" 2>&1 &
 sweep_pid=$!
 set +m
 first_run=$out/gradient_accumulation_steps-1
-for _ in $(seq 600); do  # until the first run has trained a few steps (at most 60 s)
-  [[ $(cat "$first_run/metrics.jsonl" 2>/dev/null | wc -l) -ge 3 ]] && break
-  sleep 0.1
+for _ in $(seq 12000); do  # until the first run says it holds (at most 120 s)
+  grep -qs 'test hold: at step-4,' "$first_run.log" && break
+  kill -0 "$sweep_pid" 2>/dev/null || break
+  sleep 0.01
 done
+grep -qs 'test hold: at step-4,' "$first_run.log" || { cat "$tmp/stopped.out"; fail "the first run never held at step 4"; }
 kill -INT "$sweep_pid"
 rc=0
 wait "$sweep_pid" || rc=$?
@@ -93,12 +97,12 @@ grep -q "gradient_accumulation_steps-1,.*interrupted$" "$out/summary.csv" || fai
 grep -q "stopped by SIGINT during run 1 of 3 (gradient_accumulation_steps-1; checkpointed)" "$tmp/stopped.out" ||
   fail "the stop message does not name the interrupted run"
 [[ ! -e $out/gradient_accumulation_steps-2 ]] || fail "a new run was started after the signal"
-compgen -G "$first_run/checkpoints/step-*" >/dev/null || fail "the interrupted run left no checkpoint"
+[[ -d $first_run/checkpoints/step-4 ]] || fail "the interrupted run left no checkpoint of step 4"
 [[ ! -f $first_run/summary.json ]] || fail "the interrupted run wrote summary.json"
 
 echo "== the same sweep again resumes the interrupted run and finishes all three"
 rc=0
-resumed=$("$repo/scripts/sweep.sh" tiny.yml gradient_accumulation_steps=1,2,4 steps=400 checkpoint_period=1000 log_period=1 --out "$out" 2>&1) ||
+resumed=$("$repo/scripts/sweep.sh" tiny.yml gradient_accumulation_steps=1,2,4 steps=6 checkpoint_period=1000 log_period=1 --out "$out" 2>&1) ||
   rc=$?
 echo "$resumed"
 ((rc == 0)) || fail "resumed sweep exited $rc"

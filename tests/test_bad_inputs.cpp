@@ -342,9 +342,11 @@ TEST_CASE("bad input: resuming with another global batch", "[bad-input][checkpoi
 
 TEST_CASE("bad input: a second trainer on a run directory in use", "[bad-input]") {
   const std::string base = tp::fresh_dir("bad_busy");
-  const std::string args = "base.yml steps=100000 run_name=r base_output_directory=" + base + tp::kTiny;
-  const pid_t first = tp::spawn(args, base + ".first.log");
-  for (int i = 0; i < 600 && !fs::exists(base + "/r/metrics.jsonl"); ++i) ::usleep(100000);
+  const std::string args = "base.yml steps=10 run_name=r base_output_directory=" + base + tp::kTiny;
+  // Held before step 2 (SHADOWGRAD_TEST_HOLD), holding the run directory's lock, until our SIGTERM.
+  const pid_t first = tp::spawn_held(args, base + ".first.log", "step-2");
+  INFO(tp::read_text(base + ".first.log"));
+  REQUIRE(first > 0);
   const auto r = tp::run(args);
   ::kill(first, SIGTERM);
   const int first_code = tp::wait_for(first);
@@ -353,5 +355,6 @@ TEST_CASE("bad input: a second trainer on a run directory in use", "[bad-input]"
   CHECK_THAT(last_line(r.output), Catch::StartsWith("error: run directory '" + base + "/r' is in use by another "
                                                     "trainer (pid " + std::to_string(first) + " on host "));
   CHECK(first_code == 143);  // the first run was not disturbed: it stopped on our SIGTERM, with a checkpoint
+  CHECK(fs::exists(base + "/r/checkpoints/step-2"));
   fs::remove(base + ".first.log");
 }

@@ -378,12 +378,18 @@ TEST_CASE("a changed model shape, vocab or optimizer names the key, allowed keys
   CHECK(checkpointer(longer, base + "/r").restore(r.module(), r.step->optimizer()).step == 1);
 }
 
-TEST_CASE("resuming names each key that changed, old and new value as the config prints them", "[checkpoint]") {
+TEST_CASE("resuming names each key that changed, old and new value as the config prints them, a path by where it "
+          "leads", "[checkpoint]") {
   const std::string base = tp::fresh_dir("ckpt_changed");
   const config::Config c = one_checkpoint(base);
   config::Config changed = c;
   changed.learning_rate = c.learning_rate / 3;
   changed.steps = c.steps + 5;
+  // The same directory written relative to the working directory, with a trailing '/': not a change. A path that
+  // names another file is one.
+  changed.base_output_directory = fs::relative(c.base_output_directory).string() + "/";
+  REQUIRE(changed.base_output_directory != c.base_output_directory);
+  changed.eval_prompts_path = "other.jsonl";
   std::ostringstream log;
   const auto previous = spdlog::default_logger();
   spdlog::set_default_logger(
@@ -399,6 +405,7 @@ TEST_CASE("resuming names each key that changed, old and new value as the config
   CHECK_THAT(log.str(), Catch::Contains("resuming with changed keys: ") && Catch::Contains(change("learning_rate")) &&
                             Catch::Contains(change("steps")));
   CHECK_THAT(log.str(), !Catch::Contains("vocab_size"));
+  CHECK_THAT(log.str(), !Catch::Contains("base_output_directory") && Catch::Contains(change("eval_prompts_path")));
 }
 
 TEST_CASE("checkpoint_period, the last step, and keeping the newest N", "[checkpoint]") {
@@ -607,16 +614,18 @@ void resume_and_compare(const std::string& base, const std::string& args, int64_
 TEST_CASE("SIGTERM finishes the step, checkpoints, exits 143, and the same command resumes bitwise", "[resume][signals]") {
   const std::string base = tp::fresh_dir("resume_sigterm");
   const std::string dir = base + "/b";
-  pid_t pid = tp::spawn(tp::tiny_run_args(base, "b", "steps=100000 checkpoint_period=100000"), base + ".log");
-  tp::wait_for_lines(dir + "/metrics.jsonl", 3);
+  // Held before step 4 (SHADOWGRAD_TEST_HOLD): the SIGTERM lands there, so the run stops after step 4.
+  pid_t pid = tp::spawn_held(tp::tiny_run_args(base, "b", "steps=100 checkpoint_period=100000"), base + ".log", "step-4");
+  INFO(tp::read_text(base + ".log"));
+  REQUIRE(pid > 0);
   kill(pid, SIGTERM);
   const int code = tp::wait_for(pid);
   const std::string log = tp::read_text(base + ".log");
   INFO(log);
   CHECK(code == 143);
-  CHECK_THAT(log, Catch::Contains("stopped by SIGTERM after step"));
+  CHECK_THAT(log, Catch::Contains("stopped by SIGTERM after step 4"));
   const int64_t k = latest_checkpoint(dir);
-  REQUIRE(k >= 3);
+  REQUIRE(k == 4);
   CHECK(step_column(dir) == one_to(k));  // metrics flushed up to the checkpoint, nothing after
 
   resume_and_compare(base, "checkpoint_period=100000 steps=" + std::to_string(k + 4), k + 4);
@@ -626,19 +635,17 @@ TEST_CASE("a signal more than 2 s after the first exits at once with 130, and th
           "[resume][signals]") {
   const std::string base = tp::fresh_dir("resume_sigint2");
   const std::string dir = base + "/b";
-  // K=100 on the tiny model: a step takes a third of a second or more, so the first SIGINT finds one under way.
-  const std::string args = "checkpoint_period=1 gradient_accumulation_steps=100";
-  pid_t pid = tp::spawn(tp::tiny_run_args(base, "b", args + " steps=100000"), base + ".log");
-  for (int i = 0; i < 24000 && !fs::exists(dir + "/checkpoints/step-1"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::string args = "checkpoint_period=1";
+  // Held before step 2 until two signals have come (SHADOWGRAD_TEST_HOLD=step-2:2): the first SIGINT asks for a stop
+  // after step 2, and the second, 2.5 s later (past the 2 s burst window, the point of the test), finds step 2 still
+  // under way whatever the machine's load.
+  pid_t pid = tp::spawn_held(tp::tiny_run_args(base, "b", args + " steps=100"), base + ".log", "step-2:2");
+  INFO(tp::read_text(base + ".log"));
+  REQUIRE(pid > 0);
   kill(pid, SIGINT);
-  for (int i = 0; i < 2000 && tp::read_text(base + ".log").find("SIGINT: finishing") == std::string::npos; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  // Frozen mid-step, so the wait past the 2 s burst window costs no CPU and the step cannot finish meanwhile.
-  kill(pid, SIGSTOP);
+  REQUIRE(tp::wait_for_text(base + ".log", "SIGINT: finishing", pid));
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   kill(pid, SIGINT);
-  kill(pid, SIGCONT);
   const int code = tp::wait_for(pid);
   const std::string log = tp::read_text(base + ".log");
   INFO(log);
@@ -646,7 +653,7 @@ TEST_CASE("a signal more than 2 s after the first exits at once with 130, and th
   CHECK_THAT(log, Catch::Contains("another signal: exiting now"));
   CHECK_THAT(log, !Catch::Contains("stopped by SIGINT"));
   const int64_t k = latest_checkpoint(dir);
-  REQUIRE(k >= 1);
+  REQUIRE(k == 1);  // step 1's, written before the hold; step 2 never finished
   resume_and_compare(base, args + " steps=" + std::to_string(k + 1), k + 1);
 }
 

@@ -3,10 +3,8 @@
 // report the throughput metrics.jsonl recorded rather than 0 tokens/s.
 #include <catch2/catch.hpp>
 
-#include <chrono>
 #include <filesystem>
 #include <string>
-#include <thread>
 
 #include "TrainerProcess.h"
 
@@ -15,15 +13,13 @@ namespace tp = trainer_process;
 
 TEST_CASE("a run stopped during its last step is finished by re-running the same command", "[finish]") {
   const std::string base = tp::fresh_dir("finish_last");
-  // The default 256-wide model at K=8 in fp32, fast on every CPU (bf16 is not, without avx512_bf16 or AMX): step 2
-  // still takes long enough (about a second or more) to be interrupted for certain.
-  const std::string args = "base.yml steps=2 run_name=r per_device_batch_size=8 gradient_accumulation_steps=8 "
-                           "dtype=float32 num_threads=1 log_period=1 base_output_directory=" + base;
+  const std::string args = "base.yml steps=2 run_name=r base_output_directory=" + base + tp::kTiny;
   const std::string run_dir = base + "/r";
-  const pid_t pid = tp::spawn(args, base + ".log");
-  for (int i = 0; i < 6000 && tp::lines(run_dir + "/metrics.jsonl").empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ::kill(pid, SIGINT);  // step 1 is written; step 2 is under way
+  // Held before step 2 (SHADOWGRAD_TEST_HOLD): the SIGINT lands there, so step 2 is the step it finishes.
+  const pid_t pid = tp::spawn_held(args, base + ".log", "step-2");
+  INFO(tp::read_text(base + ".log"));
+  REQUIRE(pid > 0);
+  ::kill(pid, SIGINT);
   REQUIRE(tp::wait_for(pid) == 130);
   INFO(tp::read_text(base + ".log"));
   REQUIRE(fs::exists(run_dir + "/checkpoints/step-2"));

@@ -285,6 +285,19 @@ TEST_CASE("adapter_config.json sets the LoRA keys, and a given key with another 
   fs::remove_all(dir);
 }
 
+TEST_CASE("an adapter directory given as load_parameters_path names the adapter and lora_restore_path", "[peft]") {
+  const auto dir = peft_scratch("as_base");
+  util::write_file_atomically((dir / "adapter_config.json").string(), peft_config().dump());
+  auto c = tiny_config();
+  c.load_parameters_path = dir.string();
+  const std::string e = error_of([&] { hub::configure_from_model_dir(c); });
+  CHECK_THAT(e, Catch::StartsWith("load_parameters_path=" + dir.string() + ": this is a peft LoRA adapter") &&
+                    Catch::Contains("give it as lora_restore_path=" + dir.string()) &&
+                    Catch::Contains("its adapter_config.json names 'tiny'"));
+  CHECK_THAT(e, !Catch::Contains("cannot read"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("adapter_config.json's values pass the range checks of the keys they set, and its lora_dropout is the default",
           "[peft]") {
   const auto dir = peft_scratch("ranges");

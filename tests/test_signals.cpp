@@ -4,12 +4,8 @@
 // The process-group cases under scripts/launch.sh and torchrun are tests/signals_test.sh.
 #include <catch2/catch.hpp>
 
-#include <chrono>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
-#include <thread>
 
 #include <signal.h>
 #include <unistd.h>
@@ -25,33 +21,18 @@ std::string args_for(const std::string& base, const std::string& extra) {
   return "base.yml base_output_directory=" + base + " run_name=r" + tp::kTiny + " " + extra;
 }
 
-// True once `pid` runs the trainer binary and catches SIGINT (bit 2 of SigCgt in /proc/PID/status): the first
-// thing its main does. Model building, data and the run directory all come later, so this is start-up.
-bool catches_sigint(pid_t pid) {
-  std::error_code ec;
-  if (fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec) != fs::canonical(TRAINER_BIN, ec)) return false;
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("SigCgt:", 0) == 0) return (std::strtoull(line.c_str() + 7, nullptr, 16) >> (SIGINT - 1)) & 1;
-  return false;
-}
-
-// Starts the trainer like tp::spawn, with `prelude` run by the shell first (e.g. `trap '' INT`).
-pid_t spawn_after(const std::string& prelude, const std::string& args, const std::string& log) {
-  const std::string cmd = prelude + "; exec " + std::string(TRAINER_BIN) + " " + args + " >" + log + " 2>&1";
+// Starts the trainer like tp::spawn, with `prelude` run by the shell first (e.g. `trap '' INT`), held at start-up
+// (SHADOWGRAD_TEST_HOLD=start-up: right after main installs its handlers, before the model, the data and the run
+// directory); returns once it says it holds there, or -1 if it exited first.
+pid_t spawn_held_at_startup(const std::string& prelude, const std::string& args, const std::string& log) {
+  const std::string cmd = prelude + "; export SHADOWGRAD_TEST_HOLD=start-up; exec " + std::string(TRAINER_BIN) + " " +
+                          args + " >" + log + " 2>&1";
   pid_t pid = fork();
   if (pid == 0) {
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  return pid;
-}
-
-// SIGINT as soon as the trainer's main has installed its handler; returns the exit code.
-int sigint_during_startup(pid_t pid) {
-  for (int i = 0; i < 30000 && !catches_sigint(pid); ++i) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  ::kill(pid, SIGINT);
-  return tp::wait_for(pid);
+  return tp::wait_for_text(log, "test hold: at start-up,", pid) ? pid : -1;
 }
 
 } // namespace
@@ -61,14 +42,16 @@ TEST_CASE("a burst of SIGINT and SIGTERM is one stop: the step finishes, a check
   const bool sigint_first = GENERATE(true, false);
   const int first = sigint_first ? SIGINT : SIGTERM, second = sigint_first ? SIGTERM : SIGINT;
   const std::string base = tp::fresh_dir(sigint_first ? "burst_int" : "burst_term");
-  const pid_t pid = tp::spawn(args_for(base, "steps=100000 checkpoint_period=100000"), base + ".log");
-  tp::wait_for_lines(base + "/r/metrics.jsonl", 2);
+  // Held before step 3 until both signals have come (SHADOWGRAD_TEST_HOLD=step-3:2), so the second always finds the
+  // step under way, however loaded the machine.
+  const pid_t pid = tp::spawn_held(args_for(base, "steps=10 checkpoint_period=100000"), base + ".log", "step-3:2");
+  INFO(tp::read_text(base + ".log"));
+  REQUIRE(pid > 0);
   ::kill(pid, first);
   // Once the first is recorded (pending together, the kernel would deliver SIGINT first whatever the order sent),
   // the second, milliseconds later: as a terminal's Ctrl-C and then launch.sh's or torchrun's SIGTERM.
   const std::string said = std::string(first == SIGINT ? "SIGINT" : "SIGTERM") + ": finishing";
-  for (int i = 0; i < 2000 && tp::read_text(base + ".log").find(said) == std::string::npos; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(tp::wait_for_text(base + ".log", said, pid));
   ::kill(pid, second);
   const int code = tp::wait_for(pid);
   const std::string log = tp::read_text(base + ".log");
@@ -76,9 +59,8 @@ TEST_CASE("a burst of SIGINT and SIGTERM is one stop: the step finishes, a check
   CHECK(code == 128 + first);
   CHECK_THAT(log, Catch::Contains("within 2 s of the first signal: the same stop request"));
   CHECK_THAT(log, !Catch::Contains("exiting now"));
-  const auto steps = tp::field(base + "/r/metrics.jsonl", "step");
-  REQUIRE(steps.size() >= 2);
-  CHECK(fs::exists(base + "/r/checkpoints/step-" + steps.back()));  // the step under way finished and was saved
+  CHECK(tp::field(base + "/r/metrics.jsonl", "step") == std::vector<std::string>{"1", "2", "3"});
+  CHECK(fs::exists(base + "/r/checkpoints/step-3"));  // the step under way finished and was saved
   fs::remove_all(base);
 }
 
@@ -88,8 +70,11 @@ TEST_CASE("a SIGINT during start-up stops before step 1, also when the parent le
   const bool ignored = GENERATE(false, true);  // true: as a background job of a script (scripts/sweep.sh, launch.sh)
   const std::string base = tp::fresh_dir(ignored ? "startup_ign" : "startup");
   const std::string args = args_for(base, "steps=3");
-  const pid_t pid = spawn_after(ignored ? "trap '' INT" : ":", args, base + ".log");
-  const int code = sigint_during_startup(pid);
+  const pid_t pid = spawn_held_at_startup(ignored ? "trap '' INT" : ":", args, base + ".log");
+  INFO(tp::read_text(base + ".log"));
+  REQUIRE(pid > 0);
+  ::kill(pid, SIGINT);
+  const int code = tp::wait_for(pid);
   {
     const std::string log = tp::read_text(base + ".log");
     INFO(log);

@@ -69,7 +69,8 @@ def read_rows(path):
                 yield f"{path}:{number}", json.loads(line)
             except json.JSONDecodeError as e:
                 hint = " (a .json file holds one list of objects)" if path.endswith(".json") else ""
-                fail(f"{path}:{number}: not JSON: {e.msg} at column {e.colno}{hint}")
+                at = "" if e.msg.endswith(" at") else " at"  # "Unterminated string starting at" has its own
+                fail(f"{path}:{number}: not JSON: {e.msg}{at} column {e.colno}{hint}")
 
 
 def _json_list_rows(path, text):

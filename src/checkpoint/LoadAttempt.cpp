@@ -16,6 +16,7 @@
 #include "checkpoint/RunLayout.h"
 #include "checkpoint/StepFiles.h"
 #include "config/ConfigSchema.h"
+#include "util/File.h"
 #include "util/Printable.h"
 
 namespace shadowgrad::checkpoint {
@@ -54,6 +55,23 @@ void check_frozen_keys(const Manifest& m, const CheckpointOptions& options, cons
   }
 }
 
+// A key naming a file or directory (dataset_path, load_parameters_path, base_output_directory, ...).
+bool names_a_place(const std::string& key) {
+  auto ends_with = [&](const std::string& tail) {
+    return key.size() > tail.size() && key.compare(key.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with("_path") || ends_with("_directory");
+}
+
+// A string value as config.yml prints it ("'a b'") back to its text.
+std::string unquoted(const std::string& yaml) {
+  try {
+    return YAML::Load(yaml).as<std::string>();
+  } catch (const YAML::Exception&) {
+    return yaml;
+  }
+}
+
 void log_changed_keys(const Verified& v, const CheckpointOptions& options) {
   auto it = v.files.find("config.yml");
   if (it == v.files.end()) return;
@@ -67,8 +85,11 @@ void log_changed_keys(const Verified& v, const CheckpointOptions& options) {
   for (const auto& [key, now] : options.printed) {
     if (!saved[key] || !saved[key].IsScalar()) continue;
     const std::optional<std::string> was = config::canonical_value(key, saved[key].Scalar());
-    if (!was) continue;
-    if (*was != now) changes.push_back(fmt::format("{} {} -> {}", key, *was, now));
+    if (!was || *was == now) continue;
+    // A path given relative one time and absolute the next (a resume reads its base from where the run recorded
+    // it) is the same place, not a change.
+    if (names_a_place(key) && util::same_path(saved[key].Scalar(), unquoted(now))) continue;
+    changes.push_back(fmt::format("{} {} -> {}", key, *was, now));
   }
   if (!changes.empty()) spdlog::info("resuming with changed keys: {}", fmt::join(changes, ", "));
 }

@@ -101,6 +101,33 @@ void export_model_dir(const config::Config& cfg, torch::nn::Module& model, const
     }
 }
 
+void check_export_destination(const std::string& out_dir, bool adapter, const std::vector<std::string>& protected_dirs) {
+  std::error_code ec;
+  if (!fs::is_directory(out_dir, ec)) return;
+  for (const auto& dir : protected_dirs)
+    if (!dir.empty() && fs::equivalent(out_dir, dir, ec))
+      throw InputError(fmt::format("{}: this is the model directory the run was trained from ({}); an export there "
+                                   "would overwrite it: give OUT_DIR a new directory",
+                                   out_dir, dir));
+  std::string model_file, adapter_file;
+  for (const auto& entry : fs::directory_iterator(out_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "adapter_config.json" || name == "adapter_model.safetensors" || name == "adapter_model.bin")
+      adapter_file = name;
+    else if (name == "config.json" || (name.rfind("model", 0) == 0 && name.find(".safetensors") != std::string::npos))
+      model_file = name;
+  }
+  if (adapter && !model_file.empty())
+    throw InputError(fmt::format("{}: holds a model ({}); a peft adapter written there would mix with it into a "
+                                 "directory that loads as neither: give --adapter a directory of its own",
+                                 out_dir, model_file));
+  if (!adapter && !adapter_file.empty())
+    throw InputError(fmt::format("{}: holds a peft adapter ({}); a merged model written there would mix with it into "
+                                 "a directory that loads as neither: give the merged export a directory of its own "
+                                 "(or add --adapter to replace the adapter)",
+                                 out_dir, adapter_file));
+}
+
 at::Tensor merge_lora(const at::Tensor& weight, const at::Tensor& a, const at::Tensor& b, double scale) {
   at::NoGradGuard no_grad;
   return weight.detach().to(at::kFloat) + at::mm(b.detach().to(at::kFloat), a.detach().to(at::kFloat)) * scale;

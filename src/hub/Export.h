@@ -6,6 +6,7 @@
 //   export_model_dir(cfg, *model, run_dir, out_dir, {"auto", 5LL << 30});
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -30,6 +31,15 @@ struct ExportOptions {
 // run is written as LlamaForCausalLM.
 void export_model_dir(const config::Config& cfg, torch::nn::Module& model, const std::string& run_dir,
                       const std::string& out_dir, const ExportOptions& options);
+
+// Before an export writes into out_dir (export_hf's OUT_DIR): throws InputError when out_dir holds an export of the
+// other kind, which would mix with this one into a directory that loads as neither (a merged model: config.json or
+// model*.safetensors; a peft adapter: adapter_config.json or adapter_model.safetensors), or when it is one of
+// `protected_dirs` (the run's base model directory, which a merged export would overwrite). An export of the same
+// kind is replaced (export_model_dir drops stale shards). Nothing when out_dir does not exist.
+//
+//   check_export_destination(out_dir, /*adapter=*/false, {recorded_base_dir(run_dir)});
+void check_export_destination(const std::string& out_dir, bool adapter, const std::vector<std::string>& protected_dirs);
 
 // weight + scale * (b @ a), all in fp32 (peft's merge order: the product, then the scale, then the sum), for the
 // export to round once to its dtype. a is [r, in], b is [out, r], weight [out, in] of any floating dtype.

@@ -91,6 +91,24 @@ void check_config_against_weights(const HfConfig& hf, const config::Config& cfg,
                                      headroom.source));
 }
 
+// A peft adapter directory given where a model is expected: say so, and where it goes.
+void refuse_adapter_dir(const std::string& dir) {
+  const fs::path adapter = fs::path(dir) / "adapter_config.json";
+  if (fs::exists(fs::path(dir) / "config.json") || !fs::exists(adapter)) return;
+  std::string base;
+  try {
+    std::ifstream in(adapter);
+    const json j = json::parse(in);
+    if (j.is_object() && j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string())
+      base = j["base_model_name_or_path"].get<std::string>();
+  } catch (const json::exception&) {  // the adapter's reader names what is wrong with it, once it is given as one
+  }
+  throw ConfigError(fmt::format(
+      "load_parameters_path={}: this is a peft LoRA adapter (adapter_config.json, no config.json), not a model: give "
+      "it as lora_restore_path={} and the model it was trained on as load_parameters_path{} (docs/lora.md)",
+      dir, dir, base.empty() ? "" : fmt::format(" (its adapter_config.json names '{}')", base)));
+}
+
 } // namespace
 
 std::string carried_dir(const std::string& run_dir) { return run_dir + "/hf"; }
@@ -100,6 +118,7 @@ HfConfig configure_from_model_dir(config::Config& cfg) {
   if (!fs::is_directory(dir))
     throw ConfigError(fmt::format("load_parameters_path={}: not a directory (a Hugging Face model directory with "
                                   "config.json and safetensors is expected)", dir));
+  refuse_adapter_dir(dir);
   HfConfig hf = read_hf_config((fs::path(dir) / "config.json").string());
   apply_hf_config(hf, cfg, dir);
   check_config_against_weights(hf, cfg, dir);

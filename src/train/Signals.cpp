@@ -1,11 +1,15 @@
 #include "train/Signals.h"
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <ctime>
+#include <stdexcept>
+#include <thread>
 
 #include <signal.h>
 #include <unistd.h>
@@ -17,6 +21,7 @@ namespace {
 std::atomic<int> g_first_signal{0};
 std::atomic<int64_t> g_first_ns{0};
 std::atomic<bool> g_installed{false};
+std::atomic<int> g_signals{0};  // stop signals received, a burst's included
 std::atomic<int> g_reraised{0};  // the request carry_stop_across_exec re-raised
 struct sigaction g_old_int, g_old_term;
 
@@ -38,6 +43,7 @@ void say(const char* text) {
 void on_signal(int sig) {
   const int saved_errno = errno;
   const int64_t now = monotonic_ns();
+  g_signals.fetch_add(1);
   if (g_first_signal.load() == 0) {
     g_first_ns.store(now);
     g_first_signal.store(sig);
@@ -102,6 +108,7 @@ void resume_after_failed_exec() {
 StopSignals::StopSignals() {
   if (g_installed.load()) return;
   g_first_signal.store(0);
+  g_signals.store(0);
   install(&g_old_int, &g_old_term);
   installed_here_ = true;
 }
@@ -122,6 +129,27 @@ void uninstall_stop_handlers() {
 }
 
 int StopSignals::requested() const { return stop_requested(); }
+
+int stop_signals_received() { return g_signals.load(); }
+
+void hold_for_test(const std::string& point) {
+  static const std::string spec = [] {
+    const char* env = std::getenv("SHADOWGRAD_TEST_HOLD");
+    return std::string(env ? env : "");
+  }();
+  if (spec.empty() || spec.compare(0, point.size(), point) != 0) return;
+  const std::string rest = spec.substr(point.size());
+  if (!rest.empty() && rest[0] != ':') return;  // step-1 is not step-12
+  const int wanted = rest.empty() ? 1 : std::atoi(rest.c_str() + 1);
+  say(("test hold: at " + point + ", waiting for " + std::to_string(wanted) + " stop signal(s)\n").c_str());
+  const int64_t deadline = monotonic_ns() + int64_t(600) * 1000000000;
+  while (stop_signals_received() < wanted) {
+    if (monotonic_ns() > deadline)
+      throw std::runtime_error("SHADOWGRAD_TEST_HOLD=" + spec + ": no " + std::to_string(wanted) +
+                               " stop signal(s) within 600 s at " + point);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 const char* signal_name(int signal) {
   if (signal == SIGINT) return "SIGINT";

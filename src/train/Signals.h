@@ -15,6 +15,8 @@
 //   int main(...) { shadowgrad::train::install_stop_handlers(); ... }
 //   StopSignals signals;                  // in the loop; installs the handlers if main did not, restores them after
 //   for (...) { train_one_step(); if (signals.requested()) break; }
+#include <string>
+
 namespace shadowgrad::train {
 
 // Further signals within this many seconds of the first are the same stop request. 2 s: a terminal's SIGINT and a
@@ -53,6 +55,23 @@ class StopSignals {
  private:
   bool installed_here_ = false;
 };
+
+// Stop signals received since the handlers were installed, a burst's included (for the test hold below).
+int stop_signals_received();
+
+// A test seam, deliberately not a config key (users never need it; docs/reliability.md): with the environment
+// variable SHADOWGRAD_TEST_HOLD=POINT[:N], the trainer, on reaching POINT, writes the line
+//   test hold: at POINT, waiting for N stop signal(s)
+// to stderr and waits there until it has received N stop signals in all (N = 1 if omitted); then it goes on. A test
+// that signals a trainer waits for that line, so the signal lands at a known point, never racing a step. POINTs:
+//   start-up  main, right after install_stop_handlers()
+//   step-S    before step S (1-based): after step S-1's stop check, before step S's first microbatch; a signal
+//             received there stops the run after step S, with a checkpoint at step S
+// Anywhere else the call costs a string compare. After 600 s without its signals the hold throws.
+//
+//   hold_for_test("start-up");
+//   for (s ...) { hold_for_test(fmt::format("step-{}", s + 1)); train_one_step(); ... }
+void hold_for_test(const std::string& point);
 
 // "SIGINT", "SIGTERM", else "a signal".
 const char* signal_name(int signal);

@@ -97,6 +97,7 @@ class StepLoop {
                           state.step + cfg_.skip_first_n_steps_for_profiler,
                           cfg_.profiler == config::Profiler::trace && start_.dir ? cfg_.profiler_steps : 0);
     for (int64_t s = state.step; s < cfg_.steps; ++s) {
+      hold_for_test(fmt::format("step-{}", s + 1));  // tests only (SHADOWGRAD_TEST_HOLD): a signal's known point
       if (const auto change = policy_.before_step(s)) log_change(*change);
       const StepBatch batch = policy_.step_batch();
       meter_.begin_step();

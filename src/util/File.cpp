@@ -101,4 +101,15 @@ std::string read_whole_file(const std::string& path) {
   return out;
 }
 
+bool same_path(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  if (a.empty() || b.empty()) return false;
+  std::error_code ec_a, ec_b;
+  const std::filesystem::path ra = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ec_a);
+  const std::filesystem::path rb = std::filesystem::weakly_canonical(std::filesystem::absolute(b), ec_b);
+  if (ec_a || ec_b) return false;
+  // weakly_canonical keeps a trailing separator of a path that does not exist ("x/" against "x")
+  return (ra / "").lexically_normal() == (rb / "").lexically_normal();
+}
+
 } // namespace shadowgrad::util

@@ -37,5 +37,9 @@ void rename_durably(const std::string& from, const std::string& to);
 void write_file_atomically(const std::string& path, const std::string& bytes);
 // The whole file; throws if it cannot be opened or read.
 std::string read_whole_file(const std::string& path);
+// Whether two paths name the same place: the same text, or the same once made absolute against the working directory
+// and normalised (symlinks resolved as far as they exist), so that "models/x" and "/home/me/models/x/" agree.
+// "" equals only "". Touches nothing; a path that does not exist is compared by its text so resolved.
+bool same_path(const std::string& a, const std::string& b);
 
 } // namespace shadowgrad::util

@@ -2,7 +2,7 @@
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" NAME "$@"
 # with the test's own arguments TRAINER COMPARE_RUNS. Sets repo, TRAINER (exported, for scripts/launch.sh),
 # compare, launch, tmp (scratch, kept on failure), runs, started (pids that cleanup kills at exit), tiny (the
-# 2-layer, 32-wide model every run trains), and defines fail MESSAGE, trainer_pid ROOT [RANK], free_port and
+# 2-layer, 32-wide model every run trains), and defines fail MESSAGE, trainer_pid ROOT [RANK], wait_for_hold, free_port and
 # ranks N ARGS (N trainers started by hand), run_case and close_runs.
 test_name=$1
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -41,6 +41,19 @@ trainer_pid() {
     done
     sleep 0.1
   done
+}
+
+# wait_for_hold LOG POINT N PID: until LOG holds N lines "test hold: at POINT," (trainers started with
+# SHADOWGRAD_TEST_HOLD=POINT, src/train/Signals.h, wait there for a stop signal), or PID has exited, or 120 s pass;
+# fails (with LOG) unless all N said so. A signal sent then lands at POINT, whatever the machine's load.
+wait_for_hold() {
+  local i
+  for ((i = 0; i < 12000; i++)); do
+    (($(grep -c "test hold: at $2," "$1") >= $3)) && return 0
+    kill -0 "$4" 2>/dev/null || break
+    sleep 0.01
+  done
+  (($(grep -c "test hold: at $2," "$1") >= $3)) || { cat "$1" >&2; fail "not $3 trainer(s) held at $2"; }
 }
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
