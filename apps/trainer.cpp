@@ -11,7 +11,6 @@
 #include <string_view>
 #include <vector>
 
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
@@ -102,20 +101,6 @@ void install_test_seams() {
       [first, count](int64_t step) { return step + 1 >= first && step + 1 < first + count; });
 }
 
-// Tests of the reference pass's stop: SHADOWGRAD_TEST_HOLD_REFERENCE=N holds the pass after this process's N-th
-// microbatch, says so on one line, and waits (up to 60 s) for a stop signal. A test seam, deliberately not a config key.
-void install_reference_hold_seam() {
-  const char* spec = std::getenv("SHADOWGRAD_TEST_HOLD_REFERENCE");
-  const long after = spec ? std::atol(spec) : 0;
-  if (after < 1) return;
-  shadowgrad::train::set_reference_hold_hook([after](int64_t scored) {
-    if (scored != after) return;
-    spdlog::info("reference pass held after {} microbatches (SHADOWGRAD_TEST_HOLD_REFERENCE): waiting for a signal",
-                 after);
-    for (int i = 0; i < 6000 && !shadowgrad::train::stop_requested(); ++i) usleep(10000);
-  });
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -181,7 +166,6 @@ int main(int argc, char** argv) {
       return 0;
     }
     install_test_seams();
-    install_reference_hold_seam();
     shadowgrad::train::Training training(cfg);
     auto summary = training.run();
     // A resumed run's first loss comes from metrics.jsonl, which only rank 0 reads: the other ranks give the last.

@@ -4,7 +4,7 @@
 #   - step 1's rewards are exactly 0 in bf16, packed and unpacked (the reference is scored in the steps' microbatches),
 #     and eval_on_start's step-0 line has every eval reward exactly 0; a resume keeps that line and writes no other;
 #   - the pass shards: 2 processes write bitwise the file 1 process writes, each scoring half the microbatches;
-#   - Ctrl-C during the pass (held by the SHADOWGRAD_TEST_HOLD_REFERENCE seam, which announces it) exits 130 within
+#   - Ctrl-C during the pass (held by the SHADOWGRAD_TEST_HOLD=reference-N seam, train/Signals.h, which announces it) exits 130 within
 #     the microbatch and keeps what was scored; the same command continues it to bitwise the straight run's file; on 2
 #     processes, a SIGINT to rank 0 stops rank 1 too (143), and the rerun continues from the 4 microbatches kept;
 #   - kill -9 during the pass: the same command starts the run again (exit 0), not "already exists" (exit 2);
@@ -77,12 +77,12 @@ echo "== Ctrl-C during the pass: exit 130 within the microbatch, what was scored
 held() {  # held NAME EXTRA...: the trainer started in the background, held after 2 microbatches of the pass
   local name=$1 tries
   shift
-  SHADOWGRAD_TEST_HOLD_REFERENCE=2 "$TRAINER" "${tiny[@]}" "${pref[@]}" "${std[@]}" "${eval_keys[@]}" steps=3 \
+  SHADOWGRAD_TEST_HOLD=reference-2 "$TRAINER" "${tiny[@]}" "${pref[@]}" "${std[@]}" "${eval_keys[@]}" steps=3 \
     checkpoint_period=3 run_name="$name" "$@" >"$tmp/$name.held.log" 2>&1 &
   pid=$!
   started+=("$pid")
   for ((tries = 0; tries < 600; tries++)); do
-    grep -q "reference pass held after 2 microbatches" "$tmp/$name.held.log" && return
+    grep -q "test hold: at reference-2" "$tmp/$name.held.log" && return
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
@@ -106,7 +106,7 @@ echo "== Ctrl-C to rank 0 of 2 during the pass: both stop (130 and 143), 4 micro
 port=$(free_port)
 for r in 0 1; do
   hold=()
-  ((r == 0)) && hold=(SHADOWGRAD_TEST_HOLD_REFERENCE=2)  # rank 1 waits for rank 0 in the pass's stop check
+  ((r == 0)) && hold=(SHADOWGRAD_TEST_HOLD=reference-2)  # rank 1 waits for rank 0 in the pass's stop check
   env "${hold[@]}" RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" \
     "${pref[@]}" learning_rate=0.5 gradient_accumulation_steps=1 "${eval_keys[@]}" steps=3 checkpoint_period=3 \
     run_name=two_stopped >"$tmp/two_stopped_$r.held.log" 2>&1 &
@@ -114,7 +114,7 @@ for r in 0 1; do
   started+=($!)
 done
 for ((tries = 0; tries < 600; tries++)); do
-  grep -q "reference pass held after 2 microbatches" "$tmp/two_stopped_0.held.log" && break
+  grep -q "test hold: at reference-2" "$tmp/two_stopped_0.held.log" && break
   sleep 0.1
 done
 kill -INT "${rank_pids[0]}"

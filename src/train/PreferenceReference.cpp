@@ -34,11 +34,6 @@ constexpr size_t kHeaderBytes = 64;  // magic, version, 0, then data, start, how
 constexpr auto kSaveEvery = std::chrono::seconds(60);
 constexpr auto kLogEvery = std::chrono::seconds(10);
 
-std::function<void(int64_t)>& hold_hook() {
-  static std::function<void(int64_t)> hook;
-  return hook;
-}
-
 // xxHash64's round on four lanes (two multiplies per 8 bytes, the lanes independent), a block's lanes then merged
 // and finalised: a real hash of every byte at memory speed.
 constexpr uint64_t kP1 = 11400714785074694791ull, kP2 = 14029467366897019727ull;
@@ -144,7 +139,6 @@ uint64_t starting_weights_key(model::Decoder& model) {
   return h;
 }
 
-void set_reference_hold_hook(std::function<void(int64_t)> hook) { hold_hook() = std::move(hook); }
 
 // One pair set: the train pairs as the first epoch's microbatches of the run's stream (as the steps read them), the
 // eval pairs in file order as the evaluator's batches.
@@ -244,7 +238,7 @@ void score(const ReferencePass::Set& set, Stored& st, PassContext& c, const std:
       }
       mine[size_t(3 * n + j)] = 1.0;
       ++scored;
-      if (hold_hook()) hold_hook()(scored);
+      hold_for_test(fmt::format("reference-{}", scored));  // tests only (SHADOWGRAD_TEST_HOLD, train/Signals.h)
     }
     // Every process agrees on whether to stop (one's signal stops all) and on rank 0's clock for a save.
     const int own = c.signals.requested();

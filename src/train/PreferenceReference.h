@@ -56,8 +56,6 @@ inline constexpr const char* kEvalReferenceFile = "reference_logps.eval.bin";
 // intra-op threads and combined in order: the same value at any thread count.
 uint64_t starting_weights_key(model::Decoder& model);
 
-// Tests: called after each microbatch the pass scores on this process, with their count so far in this run.
-void set_reference_hold_hook(std::function<void(int64_t scored)> hook);
 
 class ReferencePass {
  public:
