@@ -6,7 +6,10 @@ one trainer process runs --steps steps (K=4 microbatches of 1 row each): the fir
 are timed unprofiled (metrics.jsonl's step_time_s and its phases), the last is profiled (profiler=trace, with input
 shapes). The profiled step's op time is split by self time into GEMM, attention, elementwise, casts and copies, the
 fold, the loss, the optimizer (clipping and the update) and the rest (autograd's engine, views, allocation); each
-matmul shape's achieved rate is set against build/matmul_bench at the same shape and dtype.
+matmul shape's achieved rate is set against build/matmul_bench at the same shape and dtype. Beside the times, what
+no host changes: the calls per step of add_, copy_, fill_, to/_to_copy, mul and the matmuls, the casts (copies that
+change the floating dtype), and the bytes the innermost ops read and wrote (each op's tensor inputs and outputs, as
+profiler=trace records them), per part and in all.
 
     bench/step_budget.sh                                 # all four, dtype=auto (bf16 only where the CPU has it)
     bench/step_budget.sh --models smollm2 --modes lora --dtypes float32,bfloat16 --steps 4
@@ -201,7 +204,7 @@ def matmul_limits(shapes, dtype, threads, seconds):
 
 def run_trainer(a, model, mode, dtype, workdir):
     run_name = f"{model}-{mode}-{dtype}-{time.monotonic_ns()}"
-    cmd = [a.trainer, *MODELS[model], *MODES[mode], f"dtype={dtype}",
+    cmd = [a.trainer, *MODELS[model], *MODES[mode], *a.keys, f"dtype={dtype}",
            "per_device_batch_size=1", f"gradient_accumulation_steps={a.k}", f"steps={a.steps}", "log_period=1",
            "synthetic_min_length_fraction=1", "enable_checkpointing=false", "profiler=trace",
            f"skip_first_n_steps_for_profiler={a.steps - 1}", "profiler_steps=1", f"num_threads={a.threads}",
@@ -297,11 +300,14 @@ def main():
                                                      "the CPU has it natively)")
     p.add_argument("--steps", type=int, default=3, help="steps per run: 1 warm-up, steps-2 timed, 1 profiled (>= 3)")
     p.add_argument("--k", type=int, default=4, help="gradient_accumulation_steps")
+    p.add_argument("--keys", default="", help="more trainer keys, space-separated (e.g. max_target_length=32 for a "
+                                               "bf16 step on a host without native bf16: op counts do not change)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="num_threads and matmul_bench --threads")
     p.add_argument("--matmul-seconds", type=float, default=1.0, help="matmul_bench --seconds per shape")
     p.add_argument("--trainer", default=os.path.join(ROOT, "build", "trainer"), help="the trainer binary")
     p.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     a = p.parse_args()
+    a.keys = a.keys.split()
     if a.steps < 3:
         p.error("--steps must be at least 3 (a warm-up, a timed step, a profiled step)")
     for name, known in (("models", MODELS), ("modes", MODES)):
@@ -312,7 +318,7 @@ def main():
     try:
         load = os.getloadavg()[0]
         print(f"Step-time budget, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {a.threads} threads, "
-              f"load average {load:.1f} at the start\n")
+              f"load average {load:.1f} at the start" + (f"; keys: {' '.join(a.keys)}" if a.keys else "") + "\n")
         for model in a.models.split(","):
             for mode in a.modes.split(","):
                 for dtype in a.dtypes.split(","):

@@ -19,10 +19,9 @@ target_include_directories(shadowgrad_engine PUBLIC $<BUILD_INTERFACE:${CMAKE_SO
 # an installed package's users link the whole torch, as they always have.
 target_link_libraries(shadowgrad_engine PUBLIC $<BUILD_INTERFACE:shadowgrad_torch_cpu> $<INSTALL_INTERFACE:torch>
                                         PRIVATE ${CMAKE_DL_LIBS})
-target_sources(shadowgrad_engine PRIVATE ${CMAKE_SOURCE_DIR}/src/accumulate/cuda/CudaLibrary.cpp)
 target_compile_features(shadowgrad_engine PUBLIC cxx_std_20)  # LibTorch >= 2.13 headers
 target_compile_options(shadowgrad_engine PRIVATE -Wall -Wextra -Wno-unused-parameter)
-# The CUDA part, libshadowgrad_cuda.so (src/accumulate/cuda/CudaLibrary.h): built with a CUDA LibTorch, linked into
+# The CUDA part, libshadowgrad_cuda.so (src/accumulate/CudaLibrary.h loads it): built with a CUDA LibTorch, linked into
 # no binary, loaded at run time by hardware=cuda alone (docs/cuda.md). It holds NCCL's process group, the GPU's
 # properties and, with nvcc, the one-pass CUDA fold kernel; without nvcc ShadowAccumulator keeps at::add_ for CUDA
 # shadows. The kernel includes no LibTorch header (nvcc compiles it as C++17, see shadowgradFindTorch.cmake).

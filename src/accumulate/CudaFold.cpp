@@ -7,7 +7,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "accumulate/SquaredNorm.h"
-#include "accumulate/cuda/CudaLibrary.h"
+#include "accumulate/CudaLibrary.h"
 #include "accumulate/cuda/FoldLaunch.h"
 
 namespace shadowgrad::accumulate {

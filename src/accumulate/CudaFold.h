@@ -26,7 +26,7 @@ struct CudaFoldOptions {
   bool count_loss = false;  // float16 destinations: count underflows and overflows into tally.loss
 };
 
-// Whether the kernel is at hand: libshadowgrad_cuda.so loads (cuda/CudaLibrary.h; the first call loads it, and with it
+// Whether the kernel is at hand: libshadowgrad_cuda.so loads (CudaLibrary.h; the first call loads it, and with it
 // libtorch_cuda) and was built with nvcc. Ask only for CUDA tensors: a CPU run never loads the CUDA libraries.
 bool cuda_fold_built();
 // dst (contiguous CUDA float32/bfloat16/float16) = round(dst + src), src of the same numel in any of those dtypes.

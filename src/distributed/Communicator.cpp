@@ -9,7 +9,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "accumulate/cuda/CudaLibrary.h"
+#include "accumulate/CudaLibrary.h"
 #include "distributed/Environment.h"
 
 namespace shadowgrad::distributed {
@@ -37,7 +37,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
 c10::intrusive_ptr<c10d::Backend> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
                                                   double timeout_s, c10::Device device,
                                                   const std::string& master_addr) {
-  if (device.is_cuda()) {  // NCCL, from the CUDA library loaded at run time (accumulate/cuda/CudaLibrary.h)
+  if (device.is_cuda()) {  // NCCL, from the CUDA library loaded at run time (accumulate/CudaLibrary.h)
     const auto* cuda = accumulate::cuda_library();
     if (!cuda || !cuda->make_nccl_backend)
       throw std::runtime_error("hardware=cuda with several processes needs NCCL from libshadowgrad_cuda.so: " +

@@ -15,7 +15,7 @@ namespace {
 
 #ifdef SHADOWGRAD_WITH_CUDA
 // Bytes held by live tensors on `device` (not the allocator's cached, unused blocks). c10's interface to the CUDA
-// caching allocator, which libc10_cuda registers when hardware=cuda loads it (accumulate/cuda/CudaLibrary.h).
+// caching allocator, which libc10_cuda registers when hardware=cuda loads it (accumulate/CudaLibrary.h).
 auto cuda_allocated(c10::Device device) {
   const auto stats = c10::getDeviceAllocator(c10::kCUDA)->getDeviceStats(device.index() < 0 ? 0 : device.index());
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "accumulate/CudaFold.h"
-#include "accumulate/cuda/CudaLibrary.h"
+#include "accumulate/CudaLibrary.h"
 #include "memory/TrackingAllocator.h"
 #include "util/Errors.h"
 

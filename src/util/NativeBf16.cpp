@@ -8,7 +8,7 @@
 #include <ATen/cpu/Utils.h>
 #include <fmt/format.h>
 
-#include "accumulate/cuda/CudaLibrary.h"
+#include "accumulate/CudaLibrary.h"
 
 namespace shadowgrad::util {
 namespace {

@@ -7,7 +7,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
-#include "accumulate/cuda/CudaLibrary.h"
+#include "accumulate/CudaLibrary.h"
 #include "accumulate/cuda/FoldLaunch.h"
 
 namespace shadowgrad::accumulate {

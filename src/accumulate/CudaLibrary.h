@@ -50,7 +50,5 @@ struct CudaLibrary {
 // LibTorch, or a build without it) or fails to load; cuda_library_error() then says why.
 const CudaLibrary* cuda_library();
 std::string cuda_library_error();
-// Whether the library is loaded already, without loading it (what a CPU run asks).
-bool cuda_library_loaded();
 
 } // namespace shadowgrad::accumulate

@@ -1,6 +1,5 @@
-#include "accumulate/cuda/CudaLibrary.h"
+#include "accumulate/CudaLibrary.h"
 
-#include <atomic>
 #include <filesystem>
 #include <vector>
 
@@ -10,16 +9,14 @@ namespace shadowgrad::accumulate {
 
 namespace {
 
-struct Loaded {
+struct LoadedLibrary {
   const CudaLibrary* library = nullptr;
   std::string error;
 };
 
-std::atomic<bool> g_loaded{false};
-
 // Where to look: beside the binary or module holding this code (build/trainer, build/libshadowgrad_cuda.so), its
 // ../lib (an installed bin/ and lib/), then the name alone (LD_LIBRARY_PATH, the system's paths).
-std::vector<std::string> candidates() {
+std::vector<std::string> library_candidates() {
   std::vector<std::string> out;
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&cuda_library), &info) && info.dli_fname) {
@@ -36,10 +33,10 @@ std::vector<std::string> candidates() {
   return out;
 }
 
-Loaded load() {
-  Loaded result;
+LoadedLibrary load_library() {
+  LoadedLibrary result;
   std::string tried;
-  for (const auto& path : candidates()) {
+  for (const auto& path : library_candidates()) {
     if (path.find('/') != std::string::npos && !std::filesystem::exists(path)) {
       tried += (tried.empty() ? "" : ", ") + path;
       continue;
@@ -64,26 +61,20 @@ Loaded load() {
   return result;
 }
 
-const Loaded& loaded() {
-  static const Loaded once = [] {
-    Loaded l = load();
-    g_loaded.store(l.library != nullptr);
-    return l;
-  }();
+const LoadedLibrary& loaded_library() {
+  static const LoadedLibrary once = load_library();
   return once;
 }
 
 } // namespace
 
-const CudaLibrary* cuda_library() { return loaded().library; }
+const CudaLibrary* cuda_library() { return loaded_library().library; }
 
 std::string cuda_library_error() {
-  const auto& l = loaded();
+  const auto& l = loaded_library();
   if (l.library) return "";
   if (!l.error.empty()) return l.error;
   return std::string("no ") + kCudaLibraryName + " beside this program: it is built only against a CUDA LibTorch";
 }
-
-bool cuda_library_loaded() { return g_loaded.load(); }
 
 } // namespace shadowgrad::accumulate
