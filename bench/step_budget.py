@@ -105,9 +105,15 @@ def is_cast(name, args):
     return False
 
 
+def moves_data(name):
+    """Views, allocation and autograd's own nodes read and write no tensor data of their own."""
+    return name not in FRAMEWORK and not name.startswith(("autograd::", "torch::autograd"))
+
+
 class Counts:
     """Host-independent counts of a profiled window: calls per op name, casts, and the bytes the innermost ops read
-    and wrote (an op's tensor inputs plus outputs, elements times element size; outer ops are not counted again)."""
+    and wrote (an op's tensor inputs plus outputs, elements times element size; an op that calls others that move
+    data is not counted again, and views, allocation and autograd's nodes move none)."""
 
     def __init__(self):
         self.calls = collections.Counter()
@@ -120,7 +126,7 @@ class Counts:
         self.calls[name] += 1
         if "bytes" in args:
             self.have_bytes = True
-            if leaf:
+            if leaf and moves_data(name):
                 self.leaf_bytes[cat] += sum(args["bytes"])
             if is_cast(name, args):
                 self.casts += 1
@@ -158,14 +164,14 @@ def budget(trace_path, steps=1):
                 close(entry)
                 if stack:
                     stack[-1][3] += entry[2]
-                    stack[-1][7] += 1
+                    stack[-1][7] += moves_data(entry[1])
             tid = e["tid"]
         while stack and stack[-1][0] <= e["ts"]:
             entry = stack.pop()
             close(entry)
             if stack:
                 stack[-1][3] += entry[2]
-                stack[-1][7] += 1
+                stack[-1][7] += moves_data(entry[1])
         scopes = [s[1] for s in stack]
         args = e.get("args", {})
         stack.append([e["ts"] + e["dur"], e["name"], e["dur"], 0.0, args.get("shapes", []), scopes, args, 0])
@@ -174,7 +180,7 @@ def budget(trace_path, steps=1):
         close(entry)
         if stack:
             stack[-1][3] += entry[2]
-            stack[-1][7] += 1
+            stack[-1][7] += moves_data(entry[1])
     scale = 1.0 / steps
     return ({k: v * scale for k, v in cats.items()}, {k: [v[0] * scale, v[1] * scale] for k, v in gemms.items()},
             {k: {n: t * scale for n, t in v.items()} for k, v in ops.items()}, sum(cats.values()) * scale, counts)
