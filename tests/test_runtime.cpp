@@ -1,12 +1,16 @@
 // The intra-op thread count num_threads=0 chooses (train/Runtime.h): it never gives the processes of one host more
 // threads than their cores, it takes an explicit OMP_NUM_THREADS (torchrun's), and it counts the CPUs this process
-// may run on, not the machine's.
+// may run on, not the machine's. And the environment the trainer re-execs with (apps/ThreadEnvironment.h): OpenMP's
+// threads sleep when they wait, whatever the dtype, unless the user said otherwise.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <optional>
+#include <string>
 
 #include <sched.h>
 
+#include "../apps/ThreadEnvironment.h"
 #include "ScopedEnv.h"
 #include "train/Runtime.h"
 
@@ -70,4 +74,18 @@ TEST_CASE("thread_inputs reads LOCAL_WORLD_SIZE, OMP_NUM_THREADS and the affinit
   const int seen = thread_inputs(0).affinity_cores;
   REQUIRE(sched_setaffinity(0, sizeof(all), &all) == 0);
   CHECK(seen == 1);
+}
+
+TEST_CASE("the re-exec sets OMP_WAIT_POLICY=passive and keeps the user's value", "[threads]") {
+  // The other variables it may set are given, so that only the wait policy can change.
+  ScopedEnv timeout("OPENBLAS_THREAD_TIMEOUT", "4"), coretype("OPENBLAS_CORETYPE", "HASWELL");
+  {
+    ScopedEnv unset("OMP_WAIT_POLICY", nullptr);
+    CHECK(shadowgrad::apps::set_thread_environment());  // changed: the caller re-execs
+    REQUIRE(std::getenv("OMP_WAIT_POLICY"));
+    CHECK(std::string(std::getenv("OMP_WAIT_POLICY")) == "passive");
+  }
+  ScopedEnv mine("OMP_WAIT_POLICY", "active");
+  CHECK_FALSE(shadowgrad::apps::set_thread_environment());
+  CHECK(std::string(std::getenv("OMP_WAIT_POLICY")) == "active");
 }
