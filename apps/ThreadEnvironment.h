@@ -1,15 +1,16 @@
 #pragma once
-// The trainer's process environment for its two thread pools, set before they exist. LibTorch's element-wise ops,
-// oneDNN's bf16 matmuls and shadowgrad's kernels run on OpenMP (libgomp); fp32 matmuls run on OpenBLAS's own
-// pthreads (libopenblas0-pthread). Both libraries read their settings when they are loaded, so the trainer sets
-// what is unset and re-execs itself (once: the second time everything is set). A variable the user set is kept.
-//   - OPENBLAS_CORETYPE=COOPERLAKE on avx512_bf16 CPUs: OpenBLAS 0.3.21 detects them as Prescott and runs fp32
-//     matmuls ~5x slower.
-//   - OPENBLAS_THREAD_TIMEOUT=4: after a matmul, OpenBLAS's threads spin for 2^28 cycles by default, taking the
-//     cores the next OpenMP op needs; with 4 they sleep after 2^4.
-//   - OMP_WAIT_POLICY=passive, with dtype=float32 only: there OpenBLAS does the matmuls and spinning OpenMP
-//     threads take its cores; in bf16, oneDNN's matmuls run on OpenMP and waking sleeping threads costs more.
-// Measured in docs/performance.md ("thread pools").
+// The trainer's process environment for its thread pools, set before they exist. With the torch wheel, LibTorch's
+// element-wise ops, MKL's fp32 matmuls, oneDNN's bf16 matmuls and shadowgrad's kernels all run on the wheel's bundled
+// GNU OpenMP (torch/lib/libgomp.so.1). It reads its settings once, when it is loaded, so the trainer sets what is unset
+// and re-execs itself (once: the second time everything is set). A variable the user set is kept.
+//   - OMP_WAIT_POLICY=passive, every dtype: a thread that reaches the end of a parallel region sleeps at once instead
+//     of spinning (libgomp spins 300000 rounds by default, ~ms). When the cores are shared (another process, several
+//     trainers on one host), a spinning thread holds a core that a descheduled peer of its region needs, and every
+//     small op waits a scheduler quantum: a [1, 512, 512] fp32 add_ with 2 threads at load 9-10 took 7-16 ms on
+//     average with the default spin, 0.15 ms passive (docs/performance.md, "Shared cores").
+//   - OPENBLAS_CORETYPE=COOPERLAKE on avx512_bf16 CPUs, OPENBLAS_THREAD_TIMEOUT=4: for a LibTorch that uses
+//     OpenBLAS (Debian's); OpenBLAS 0.3.21 detects those CPUs as Prescott, and its threads spin 2^28 cycles after a
+//     matmul by default.
 // tests/ThreadEnvironment.cmake gives ctest's tests the same values up front (so their trainers start once): a
 // change here belongs there too.
 #include <cstdlib>
@@ -22,7 +23,7 @@
 namespace shadowgrad::apps {
 
 // Sets the variables above that are unset; true when one was set (the caller then re-execs).
-inline bool set_thread_environment(bool fp32_compute) {
+inline bool set_thread_environment() {
   bool changed = false;
   auto set_default = [&changed](const char* name, const char* value) {
     if (std::getenv(name)) return;
@@ -31,15 +32,15 @@ inline bool set_thread_environment(bool fp32_compute) {
   };
   if (shadowgrad::util::cpu_has_avx512_bf16()) set_default("OPENBLAS_CORETYPE", "COOPERLAKE");
   set_default("OPENBLAS_THREAD_TIMEOUT", "4");
-  if (fp32_compute) set_default("OMP_WAIT_POLICY", "passive");
+  set_default("OMP_WAIT_POLICY", "passive");
   return changed;
 }
 
 // Re-execs this program with the same arguments when set_thread_environment changed something; returns only if
 // nothing changed or execv failed (then the run carries on with the environment it has). A stop signal received
 // so far, or while the new image starts, reaches the new image (see train/Signals.h).
-inline void reexec_with_thread_environment(char** argv, bool fp32_compute) {
-  if (!set_thread_environment(fp32_compute)) return;
+inline void reexec_with_thread_environment(char** argv) {
+  if (!set_thread_environment()) return;
   shadowgrad::train::carry_stop_across_exec();
   execv("/proc/self/exe", argv);
   shadowgrad::train::resume_after_failed_exec();

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("generate"));
   try {
     options.sampling.validate();
-    apps::reexec_with_thread_environment(argv, dtype != "bfloat16");  // before any matmul
+    apps::reexec_with_thread_environment(argv);  // before any matmul
     train::configure_threads(threads);
     auto loaded = generate::load_model(source);  // the weights alone: a trainer may be writing this run
     const int64_t vocab = loaded.cfg.vocab_size;

@@ -26,7 +26,6 @@
 #include "distributed/Environment.h"
 #include "memory/MemoryReport.h"
 #include "memory/TrackingAllocator.h"
-#include "train/ComputeDtype.h"
 #include "train/MemoryProbe.h"
 #include "train/PreferenceReference.h"
 #include "train/RunSources.h"
@@ -156,8 +155,7 @@ int main(int argc, char** argv) {
       std::cout << shadowgrad::config::to_yaml(cfg);
       return 0;
     }
-    const bool fp32 = shadowgrad::train::choose_compute_dtype(cfg).dtype == shadowgrad::config::FloatDtype::float32;
-    shadowgrad::apps::reexec_with_thread_environment(argv, fp32);  // before any matmul
+    shadowgrad::apps::reexec_with_thread_environment(argv);  // before any matmul
     if (memory_report) {
       shadowgrad::train::uninstall_stop_handlers();  // it does not train: a signal ends it
       if (const int sig = shadowgrad::train::stop_requested()) return 128 + sig;

@@ -94,17 +94,16 @@ def peer_cmd(a, dtype, pdbs, ga, steps):
             f"--layers={m['layers']}", f"--vocab={m['vocab']}", f"--seq={m['seq']}"]
 
 
-def thread_env(env, dtype):
+def thread_env(env):
     """The thread-pool settings the trainer gives itself (apps/ThreadEnvironment.h), given to the peer too, so
     that neither process runs its thread pools differently from the other."""
     env = dict(env, OPENBLAS_THREAD_TIMEOUT=env.get("OPENBLAS_THREAD_TIMEOUT", "4"))
-    if dtype == "float32":
-        env.setdefault("OMP_WAIT_POLICY", "passive")
+    env.setdefault("OMP_WAIT_POLICY", "passive")
     return env
 
 
 def shadowgrad_run(a, env, dtype, pdbs, ga, steps, extra=()):
-    env = thread_env(env, dtype)
+    env = thread_env(env)
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as d:
         _, peak = run_measured(trainer_cmd(a, d, dtype, pdbs, ga, steps, extra), env)
         (run_dir,) = [os.path.join(d, x) for x in os.listdir(d)]
@@ -128,7 +127,7 @@ def peer_lines(out):
 def peer_run(a, env, dtype, pdbs, ga, steps, extra=()):
     """One peer process. A compiled run gets its own empty inductor cache (--compile-cache cold: every run
     compiles from scratch, as a user's first run does) or the invocation's shared one (warm, primed first)."""
-    env = thread_env(env, dtype)
+    env = thread_env(env)
     compiled = "--compile" in extra
     cache = None
     if compiled:
@@ -153,7 +152,7 @@ def peer_run(a, env, dtype, pdbs, ga, steps, extra=()):
 def prime_compile_cache(a, env, dtype, extra):
     """--compile-cache warm: one compiled run of 2 steps, outside the rounds, fills the shared inductor cache.
     Returns its compile report: the compile time with an empty cache (a user's first run)."""
-    env = dict(thread_env(env, dtype), TORCHINDUCTOR_CACHE_DIR=a.compile_cache_dir)
+    env = dict(thread_env(env), TORCHINDUCTOR_CACHE_DIR=a.compile_cache_dir)
     out, _ = run_measured(peer_cmd(a, dtype, 1, 4, 2) + list(extra), env)
     return peer_lines(out)[2]
 

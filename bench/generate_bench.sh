@@ -12,7 +12,7 @@ set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '/^# Usage:/,/^# Exit:/s/^# \{0,1\}//p' "$0"; exit 0; }
 SHADOWGRAD_VENV="${SHADOWGRAD_VENV:-$(cd "$(dirname "$0")/.." && pwd)/.venv}"
 [[ -x $SHADOWGRAD_VENV/bin/python ]] || { echo "generate_bench.sh: no venv at $SHADOWGRAD_VENV (run scripts/build.sh)" >&2; exit 2; }
-# The same thread environment on both sides: build/generate sets OMP_WAIT_POLICY=passive for fp32 itself
+# The same thread environment on both sides: build/generate sets OMP_WAIT_POLICY=passive itself
 # (apps/ThreadEnvironment.h); with transformers' default (spinning OpenMP threads) its decode ran at 2.2 tokens/s on
 # the loaded 2-core machine, against 7-11 with passive waits (2026-12-04). A value the user set is kept.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"

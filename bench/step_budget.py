@@ -6,7 +6,10 @@ one trainer process runs --steps steps (K=4 microbatches of 1 row each): the fir
 are timed unprofiled (metrics.jsonl's step_time_s and its phases), the last is profiled (profiler=trace, with input
 shapes). The profiled step's op time is split by self time into GEMM, attention, elementwise, casts and copies, the
 fold, the loss, the optimizer (clipping and the update) and the rest (autograd's engine, views, allocation); each
-matmul shape's achieved rate is set against build/matmul_bench at the same shape and dtype.
+matmul shape's achieved rate is set against build/matmul_bench at the same shape and dtype. Beside the times, what
+no host changes: the calls per step of add_, copy_, fill_, to/_to_copy, mul and the matmuls, the casts (copies that
+change the floating dtype), and the bytes the innermost ops read and wrote (each op's tensor inputs and outputs, as
+profiler=trace records them), per part and in all.
 
     bench/step_budget.sh                                 # all four, dtype=auto (bf16 only where the CPU has it)
     bench/step_budget.sh --models smollm2 --modes lora --dtypes float32,bfloat16 --steps 4
@@ -84,21 +87,69 @@ def gemm_shape(name, shapes):
     return None
 
 
+MATMULS = GEMM | ATTENTION_GEMM
+FLOATS = {"f32", "bf16", "f16", "f64"}
+# The op-count rows: a label and the op names it counts (calls of each, nested ones included).
+COUNTED = [("add / add_", {"aten::add", "aten::add_"}), ("copy_", {"aten::copy_"}),
+           ("fill_ / zero_", {"aten::fill_", "aten::zero_"}), ("to / _to_copy", {"aten::to", "aten::_to_copy"}),
+           ("mul / mul_", {"aten::mul", "aten::mul_"}), ("matmuls", MATMULS)]
+
+
+def is_cast(name, args):
+    """A copy that changes the floating dtype: copy_(self, src) of another dtype, or _to_copy to another one."""
+    ins, outs = args.get("in", []), args.get("out", [])
+    if name == "aten::copy_" and len(ins) >= 2:
+        return ins[0] in FLOATS and ins[1] in FLOATS and ins[0] != ins[1]
+    if name == "aten::_to_copy" and ins and outs:
+        return ins[0] in FLOATS and outs[0] in FLOATS and ins[0] != outs[0]
+    return False
+
+
+def moves_data(name):
+    """Views, allocation and autograd's own nodes read and write no tensor data of their own."""
+    return name not in FRAMEWORK and not name.startswith(("autograd::", "torch::autograd"))
+
+
+class Counts:
+    """Host-independent counts of a profiled window: calls per op name, casts, and the bytes the innermost ops read
+    and wrote (an op's tensor inputs plus outputs, elements times element size; an op that calls others that move
+    data is not counted again, and views, allocation and autograd's nodes move none)."""
+
+    def __init__(self):
+        self.calls = collections.Counter()
+        self.casts = 0
+        self.cast_bytes = 0
+        self.leaf_bytes = collections.Counter()  # by category
+        self.have_bytes = False
+
+    def add(self, name, args, leaf, cat):
+        self.calls[name] += 1
+        if "bytes" in args:
+            self.have_bytes = True
+            if leaf and moves_data(name):
+                self.leaf_bytes[cat] += sum(args["bytes"])
+            if is_cast(name, args):
+                self.casts += 1
+                self.cast_bytes += sum(args["bytes"])
+
+
 def budget(trace_path, steps=1):
-    """{category: self us}, {(op, shape): [calls, self us]}, {category: {op: self us}}, op total us."""
+    """{category: self us}, {(op, shape): [calls, self us]}, {category: {op: self us}}, op total us, Counts."""
     with open(trace_path) as f:
         events = sorted((e for e in json.load(f) if e.get("ph") == "X"), key=lambda e: (e["tid"], e["ts"], -e["dur"]))
     cats = collections.Counter()
     ops = collections.defaultdict(collections.Counter)
     gemms = collections.defaultdict(lambda: [0, 0.0])
-    stack = []  # [end, name, dur, child_us, shapes, scopes]
+    counts = Counts()
+    stack = []  # [end, name, dur, child_us, shapes, scopes, args, children]
 
     def close(entry):
-        end, name, dur, child, shapes, scopes = entry
+        end, name, dur, child, shapes, scopes, args, children = entry
         own = max(0.0, dur - child)
         c = category(name, scopes)
         cats[c] += own
         ops[c][name] += own
+        counts.add(name, args, children == 0, c)
         shape = gemm_shape(name, shapes) if name in GEMM or name in ATTENTION_GEMM else None
         if shape:
             g = gemms[(name, shape)]
@@ -113,22 +164,26 @@ def budget(trace_path, steps=1):
                 close(entry)
                 if stack:
                     stack[-1][3] += entry[2]
+                    stack[-1][7] += moves_data(entry[1])
             tid = e["tid"]
         while stack and stack[-1][0] <= e["ts"]:
             entry = stack.pop()
             close(entry)
             if stack:
                 stack[-1][3] += entry[2]
+                stack[-1][7] += moves_data(entry[1])
         scopes = [s[1] for s in stack]
-        stack.append([e["ts"] + e["dur"], e["name"], e["dur"], 0.0, e.get("args", {}).get("shapes", []), scopes])
+        args = e.get("args", {})
+        stack.append([e["ts"] + e["dur"], e["name"], e["dur"], 0.0, args.get("shapes", []), scopes, args, 0])
     while stack:
         entry = stack.pop()
         close(entry)
         if stack:
             stack[-1][3] += entry[2]
+            stack[-1][7] += moves_data(entry[1])
     scale = 1.0 / steps
     return ({k: v * scale for k, v in cats.items()}, {k: [v[0] * scale, v[1] * scale] for k, v in gemms.items()},
-            {k: {n: t * scale for n, t in v.items()} for k, v in ops.items()}, sum(cats.values()) * scale)
+            {k: {n: t * scale for n, t in v.items()} for k, v in ops.items()}, sum(cats.values()) * scale, counts)
 
 
 def matmul_limits(shapes, dtype, threads, seconds):
@@ -142,8 +197,7 @@ def matmul_limits(shapes, dtype, threads, seconds):
     # The thread-pool settings the trainer gives itself (apps/ThreadEnvironment.h): without them, on a loaded
     # machine, spinning OpenMP threads make the fp32 limit read several times too low.
     env = dict(os.environ, OPENBLAS_THREAD_TIMEOUT=os.environ.get("OPENBLAS_THREAD_TIMEOUT", "4"))
-    if dtype == "float32":
-        env.setdefault("OMP_WAIT_POLICY", "passive")
+    env.setdefault("OMP_WAIT_POLICY", "passive")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     rates = {}
     for line in out.splitlines():
@@ -156,7 +210,7 @@ def matmul_limits(shapes, dtype, threads, seconds):
 
 def run_trainer(a, model, mode, dtype, workdir):
     run_name = f"{model}-{mode}-{dtype}-{time.monotonic_ns()}"
-    cmd = [a.trainer, *MODELS[model], *MODES[mode], f"dtype={dtype}",
+    cmd = [a.trainer, *MODELS[model], *MODES[mode], *a.keys, f"dtype={dtype}",
            "per_device_batch_size=1", f"gradient_accumulation_steps={a.k}", f"steps={a.steps}", "log_period=1",
            "synthetic_min_length_fraction=1", "enable_checkpointing=false", "profiler=trace",
            f"skip_first_n_steps_for_profiler={a.steps - 1}", "profiler_steps=1", f"num_threads={a.threads}",
@@ -182,21 +236,25 @@ def report(a, model, mode, dtype, rows, trace, resolved):
     phases = {p: statistics.median(r.get(p, 0.0) for r in timed) for p in ("forward_s", "backward_s", "fold_s",
                                                                             "optimizer_s")}
     profiled = rows[-1]["step_time_s"]
-    cats, gemms, ops, op_total = budget(trace)
+    cats, gemms, ops, op_total, counts = budget(trace)
     print(f"### {model}, {mode}, dtype={resolved} (K={a.k} x 1 x {rows[-1]['tokens'] // a.k} tokens)\n")
     print(f"Unprofiled step: **{step:.2f} s** ({tokens:.0f} tokens/s; median of steps 2..{len(rows) - 1}: "
           f"forward+loss {phases['forward_s']:.2f} s, backward {phases['backward_s']:.2f} s (fold "
           f"{phases['fold_s']:.2f} s inside), clip+optimizer {phases['optimizer_s']:.2f} s). "
           f"Profiled step: {profiled:.2f} s, of which ops {op_total / 1e6:.2f} s.\n")
-    print("| part | ms (profiled) | share of op time | scaled to the unprofiled step, ms | largest ops (ms) |")
-    print("|---|---:|---:|---:|---|")
+    mib = 1024.0 * 1024.0
+    print("| part | ms (profiled) | share of op time | scaled to the unprofiled step, ms | MiB moved | "
+          "largest ops (ms) |")
+    print("|---|---:|---:|---:|---:|---|")
     for c in CATEGORIES:
         us = cats.get(c, 0.0)
         top = sorted(ops.get(c, {}).items(), key=lambda kv: -kv[1])[:3]
-        print(f"| {c} | {us / 1e3:.0f} | {100 * us / op_total:.1f} % | {step * 1e3 * us / op_total:.0f} | "
+        moved = f"{counts.leaf_bytes.get(c, 0) / mib:.0f}" if counts.have_bytes else "-"
+        print(f"| {c} | {us / 1e3:.0f} | {100 * us / op_total:.1f} % | {step * 1e3 * us / op_total:.0f} | {moved} | "
               + ", ".join(f"{n.replace('autograd::engine::evaluate_function: ', 'bwd ')} {t / 1e3:.0f}" for n, t in top)
               + " |")
     print()
+    print_counts(counts)
     shapes = sorted({s for (_, s) in gemms}, key=lambda s: -sum(v[1] for (n, t), v in gemms.items() if t == s))
     total_gemm = sum(v[1] for v in gemms.values())
     # Shapes that together hold 97 % of the matmul time get their own limit; the rest are summed in one row.
@@ -227,6 +285,19 @@ def report(a, model, mode, dtype, rows, trace, resolved):
           f"{flops_all / step / 1e9:.1f} GF/s.\n")
 
 
+def print_counts(counts):
+    """Ops and bytes per step, which do not depend on the host: compare them across hosts and builds."""
+    mib = 1024.0 * 1024.0
+    rows = [(label, sum(counts.calls[n] for n in names)) for label, names in COUNTED]
+    print("Ops per step (every call, nested ones included): " + ", ".join(f"{label} {n}" for label, n in rows)
+          + f", all {sum(counts.calls.values())}.")
+    if counts.have_bytes:
+        print(f"Casts (copies that change the floating dtype): {counts.casts}, {counts.cast_bytes / mib:.0f} MiB. "
+              f"Bytes the innermost ops read and wrote: {sum(counts.leaf_bytes.values()) / mib:.0f} MiB per step.\n")
+    else:
+        print("(This trace records no bytes: a trainer older than the byte counts.)\n")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="seed,smollm2", help=f"comma list of {sorted(MODELS)}")
@@ -235,11 +306,14 @@ def main():
                                                      "the CPU has it natively)")
     p.add_argument("--steps", type=int, default=3, help="steps per run: 1 warm-up, steps-2 timed, 1 profiled (>= 3)")
     p.add_argument("--k", type=int, default=4, help="gradient_accumulation_steps")
+    p.add_argument("--keys", default="", help="more trainer keys, space-separated (e.g. max_target_length=32 for a "
+                                               "bf16 step on a host without native bf16: op counts do not change)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="num_threads and matmul_bench --threads")
     p.add_argument("--matmul-seconds", type=float, default=1.0, help="matmul_bench --seconds per shape")
     p.add_argument("--trainer", default=os.path.join(ROOT, "build", "trainer"), help="the trainer binary")
     p.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     a = p.parse_args()
+    a.keys = a.keys.split()
     if a.steps < 3:
         p.error("--steps must be at least 3 (a warm-up, a timed step, a profiled step)")
     for name, known in (("models", MODELS), ("modes", MODES)):
@@ -250,7 +324,7 @@ def main():
     try:
         load = os.getloadavg()[0]
         print(f"Step-time budget, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {a.threads} threads, "
-              f"load average {load:.1f} at the start\n")
+              f"load average {load:.1f} at the start" + (f"; keys: {' '.join(a.keys)}" if a.keys else "") + "\n")
         for model in a.models.split(","):
             for mode in a.modes.split(","):
                 for dtype in a.dtypes.split(","):

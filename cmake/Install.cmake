@@ -7,6 +7,12 @@ include(CMakePackageConfigHelpers)
 
 set(SHADOWGRAD_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/shadowgrad)
 install(TARGETS shadowgrad_engine EXPORT shadowgradTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The CUDA part the engine loads at run time (src/accumulate/CudaLibrary.h): a program in bin/ finds it in ../lib. It
+# keeps the path to torch's libraries it was linked with, to find libtorch_cuda there.
+if(TARGET shadowgrad_cuda)
+  set_target_properties(shadowgrad_cuda PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+  install(TARGETS shadowgrad_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 # The public headers: ShadowAccumulator.h and StochasticRounding.h (its rounding modes, and the rounding kernels
 # for code of one's own, with their bit-level rules in RoundingBits.h), which include nothing else of the project (the internal ShadowState.h and
 # FoldingCast.h stay private; the fold casts are ShadowAccumulator::cast/gather_rows), and util/Hash.h, which

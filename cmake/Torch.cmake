@@ -14,6 +14,17 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
 else()
   set(SHADOWGRAD_TORCH_HAS_CUDA OFF)
 endif()
+# What the CPU binaries link: LibTorch's CPU part alone (libtorch_cpu, libc10). The wheel's `torch` target
+# (TORCH_LIBRARIES) also links libtorch.so, which needs libtorch_cuda and through it cuBLAS, cuDNN, NCCL and more:
+# every CPU process then maps them (a tiny run held 527 MiB of RSS). What needs CUDA is in libshadowgrad_cuda.so,
+# loaded at run time (cmake/Engine.cmake, docs/cuda.md). A CUDA wheel's libtorch_cpu itself still needs libcudart
+# and libcupti (the profiler's), a few MiB.
+add_library(shadowgrad_torch_cpu INTERFACE)
+target_link_libraries(shadowgrad_torch_cpu INTERFACE torch_cpu_library c10)
+target_include_directories(shadowgrad_torch_cpu SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+separate_arguments(shadowgrad_torch_cxx_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+target_compile_options(shadowgrad_torch_cpu INTERFACE ${shadowgrad_torch_cxx_flags})
+target_compile_features(shadowgrad_torch_cpu INTERFACE cxx_std_20)
 # The wheel's CUDA headers (ATen/cuda includes cusparse.h, cublas_v2.h) lie in the nvidia-* wheels beside torch,
 # not in the machine's CUDA toolkit: sources that include them take this target.
 add_library(shadowgrad_cuda_headers INTERFACE)

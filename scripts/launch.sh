@@ -7,8 +7,8 @@
 # Exit code: 0 when every process succeeds; else the failed trainer's own code (2 bad input, 3 non-finite, 130/143
 # stopped by SIGINT/SIGTERM, 1 other), read from torchrun's "failed (exitcode: N)" line, since torchrun itself
 # exits 1 for any failure; 2 for a bad command line.
-# Cost: N trainer processes sharing this machine's cores (give each num_threads=<cores/N>), plus torchrun's start
-# (it imports torch: 1-5 s here).
+# Cost: N trainer processes sharing this machine's cores (each takes cores/N threads: OMP_NUM_THREADS, below), plus
+# torchrun's start (it imports torch: 1-5 s here).
 # Environment: TRAINER (default build/trainer), TORCHRUN (default .venv/bin/torchrun, or $SHADOWGRAD_VENV/bin/torchrun), MASTER_PORT (the rendezvous
 # port; default: a free one, so that launches can run side by side, which torchrun --standalone's fixed 29400
 # does not allow).
@@ -35,7 +35,10 @@ torchrun=${TORCHRUN:-${SHADOWGRAD_VENV:-$root/.venv}/bin/torchrun}
 [[ -x $torchrun ]] || { echo "launch.sh: no torchrun at $torchrun (scripts/build.sh makes .venv with torch)" >&2; exit 2; }
 
 port=${MASTER_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # torchrun's own default, set here to spare its warning; num_threads rules
+# Each trainer's share of the CPUs this script may use (nproc counts the affinity mask), at least 1; torchrun would set
+# 1 (and warn). The trainer's num_threads=0 takes it; a num_threads key, or an OMP_NUM_THREADS given here, wins.
+cores=$(nproc)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((cores / nproc > 0 ? cores / nproc : 1))}
 errors=$(mktemp)
 trap 'rm -f "$errors"' EXIT
 

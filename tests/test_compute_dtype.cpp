@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "ScopedEnv.h"
 #include "TinyConfig.h"
 #include "TrainerProcess.h"
 #include "config/Dtypes.h"
@@ -22,20 +23,6 @@ using shadowgrad::config::FloatDtype;
 using shadowgrad::train::choose_compute_dtype;
 
 namespace {
-
-// Sets an environment variable for one scope, restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    value ? setenv(name, value, 1) : unsetenv(name);
-  }
-  ~ScopedEnv() { old_ ? setenv(name_, old_->c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // A run directory that looks resumable: config.yml recording `dtype`, and one checkpoint directory.
 shadowgrad::config::Config resumable_run(const std::string& name, const std::string& recorded) {

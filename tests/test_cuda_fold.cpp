@@ -22,8 +22,9 @@ namespace {
 
 #define SG_NEED_CUDA_FOLD()                                                                       \
   do {                                                                                            \
+    /* First: it loads the CUDA library, and with it libtorch_cuda, which registers CUDA with ATen */ \
+    if (!cuda_fold_built()) SG_SKIP("no CUDA fold kernel (no libshadowgrad_cuda.so, or no nvcc at build time)"); \
     if (!torch::cuda::is_available()) SG_SKIP("no CUDA device is visible");                       \
-    if (!cuda_fold_built()) SG_SKIP("this build has no CUDA fold kernel (no nvcc at build time)"); \
   } while (0)
 
 constexpr int64_t kElements = 3 * kNormBlock + 1234;  // three full kernel blocks and a ragged one

@@ -7,6 +7,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "accumulate/SquaredNorm.h"
+#include "accumulate/CudaLibrary.h"
 #include "accumulate/cuda/FoldLaunch.h"
 
 namespace shadowgrad::accumulate {
@@ -18,9 +19,13 @@ void CudaTally::reset() {
   if (loss.defined()) loss.zero_();
 }
 
-#ifdef SHADOWGRAD_WITH_CUDA_FOLD
-
 namespace {
+
+// The kernel's launcher in libshadowgrad_cuda.so (loaded on the first call), or null.
+auto kernel() {
+  const CudaLibrary* library = cuda_library();
+  return library ? library->launch_fold : nullptr;
+}
 
 cuda::Format format_of(const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -72,12 +77,18 @@ void launch(const at::Tensor& dst, const at::Tensor& src, const at::Tensor& rows
     if (!tally.loss.defined()) tally.loss = at::zeros({2}, on_device.dtype(at::kLong));
     f.loss = reinterpret_cast<unsigned long long*>(tally.loss.data_ptr<int64_t>());
   }
-  cuda::launch_fold(f, current_stream(dst));
+  const auto launch_fold = kernel();
+  if (!launch_fold)
+    throw std::logic_error("CUDA fold: no CUDA fold kernel (" +
+                           (cuda_library() ? std::string("libshadowgrad_cuda.so was built without nvcc")
+                                           : cuda_library_error()) +
+                           ")");
+  launch_fold(f, current_stream(dst));
 }
 
 } // namespace
 
-bool cuda_fold_built() { return true; }
+bool cuda_fold_built() { return kernel() != nullptr; }
 
 void cuda_fold_(const at::Tensor& dst, const at::Tensor& src, const CudaFoldOptions& options, CudaTally& tally) {
   if (src.numel() != dst.numel())
@@ -93,19 +104,5 @@ void cuda_fold_rows_(const at::Tensor& dst, const at::Tensor& rows, const at::Te
     throw std::invalid_argument("CUDA fold: rows need dst [R, D], rows int64 [U] and values [U, D]");
   launch(dst, values, rows.contiguous(), dst.size(1), options, tally);
 }
-
-#else
-
-bool cuda_fold_built() { return false; }
-
-void cuda_fold_(const at::Tensor&, const at::Tensor&, const CudaFoldOptions&, CudaTally&) {
-  throw std::logic_error("CUDA fold: this build has no CUDA kernel (LibTorch without CUDA, or no nvcc)");
-}
-
-void cuda_fold_rows_(const at::Tensor&, const at::Tensor&, const at::Tensor&, const CudaFoldOptions&, CudaTally&) {
-  throw std::logic_error("CUDA fold: this build has no CUDA kernel (LibTorch without CUDA, or no nvcc)");
-}
-
-#endif
 
 } // namespace shadowgrad::accumulate

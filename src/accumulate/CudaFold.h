@@ -26,7 +26,8 @@ struct CudaFoldOptions {
   bool count_loss = false;  // float16 destinations: count underflows and overflows into tally.loss
 };
 
-// Whether this build has the kernel (a CUDA LibTorch and nvcc at build time).
+// Whether the kernel is at hand: libshadowgrad_cuda.so loads (CudaLibrary.h; the first call loads it, and with it
+// libtorch_cuda) and was built with nvcc. Ask only for CUDA tensors: a CPU run never loads the CUDA libraries.
 bool cuda_fold_built();
 // dst (contiguous CUDA float32/bfloat16/float16) = round(dst + src), src of the same numel in any of those dtypes.
 void cuda_fold_(const at::Tensor& dst, const at::Tensor& src, const CudaFoldOptions& options, CudaTally& tally);

@@ -175,11 +175,12 @@ ShadowAccumulator::ShadowAccumulator(const std::vector<at::Tensor>& params, c10:
   if (s.pieces && ranges.size() != s.params.size())
     throw std::invalid_argument("ShadowAccumulator: one range per trainable parameter");
   s.stale.assign(s.shadows.size(), 0);
-  s.on_cuda = cuda_fold_built() && !s.shadows.empty();
+  s.on_cuda = !s.shadows.empty();
   for (const auto& t : s.shadows) {
     s.on_cpu = s.on_cpu && t.device().is_cpu();
     s.on_cuda = s.on_cuda && t.is_cuda();
   }
+  s.on_cuda = s.on_cuda && cuda_fold_built();  // asked only for CUDA shadows: it loads the CUDA library
   std::weak_ptr<ShadowState> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
     auto node = torch::autograd::impl::grad_accumulator(s.params[i]);

@@ -8,10 +8,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
+#include "accumulate/CudaLibrary.h"
 #include "distributed/Environment.h"
 
 namespace shadowgrad::distributed {
@@ -39,14 +37,12 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
 c10::intrusive_ptr<c10d::Backend> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
                                                   double timeout_s, c10::Device device,
                                                   const std::string& master_addr) {
-  if (device.is_cuda()) {
-#ifdef USE_C10D_NCCL
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = to_ms(timeout_s);
-    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, opts);
-#else
-    throw std::runtime_error("hardware=cuda with several processes needs a LibTorch built with NCCL (USE_C10D_NCCL)");
-#endif
+  if (device.is_cuda()) {  // NCCL, from the CUDA library loaded at run time (accumulate/CudaLibrary.h)
+    const auto* cuda = accumulate::cuda_library();
+    if (!cuda || !cuda->make_nccl_backend)
+      throw std::runtime_error("hardware=cuda with several processes needs NCCL from libshadowgrad_cuda.so: " +
+                               accumulate::cuda_library_error());
+    return c10::intrusive_ptr<c10d::Backend>::reclaim(cuda->make_nccl_backend(store.get(), rank, world, to_ms(timeout_s)));
   }
   auto opts = c10d::ProcessGroupGloo::Options::create(to_ms(timeout_s));
   opts->devices.push_back(gloo_device(master_addr));

@@ -7,17 +7,17 @@
 #include "memory/TrackingAllocator.h"
 
 #ifdef SHADOWGRAD_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #endif
 
 namespace shadowgrad::memory {
 namespace {
 
 #ifdef SHADOWGRAD_WITH_CUDA
-// Bytes held by live tensors on `device` (not the allocator's cached, unused blocks).
+// Bytes held by live tensors on `device` (not the allocator's cached, unused blocks). c10's interface to the CUDA
+// caching allocator, which libc10_cuda registers when hardware=cuda loads it (accumulate/CudaLibrary.h).
 auto cuda_allocated(c10::Device device) {
-  namespace cca = c10::cuda::CUDACachingAllocator;
-  const auto stats = cca::getDeviceStats(device.index() < 0 ? 0 : device.index());
+  const auto stats = c10::getDeviceAllocator(c10::kCUDA)->getDeviceStats(device.index() < 0 ? 0 : device.index());
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
 }
 #endif
@@ -62,7 +62,7 @@ void MemoryMeter::begin_step() {
   run_peak_ = std::max(run_peak_, window_peak_bytes());
 #ifdef SHADOWGRAD_WITH_CUDA
   if (device_.is_cuda()) {
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index() < 0 ? 0 : device_.index());
+    c10::getDeviceAllocator(c10::kCUDA)->resetPeakStats(device_.index() < 0 ? 0 : device_.index());
     return;
   }
 #endif

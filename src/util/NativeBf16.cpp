@@ -8,10 +8,7 @@
 #include <ATen/cpu/Utils.h>
 #include <fmt/format.h>
 
-#ifdef SHADOWGRAD_WITH_CUDA
-#include <ATen/Context.h>
-#include <ATen/cuda/CUDAContextLight.h>
-#endif
+#include "accumulate/CudaLibrary.h"
 
 namespace shadowgrad::util {
 namespace {
@@ -53,14 +50,14 @@ Bf16Support cpu_bf16_support() {
 }
 
 Bf16Support cuda_bf16_support(int index) {
-#ifdef SHADOWGRAD_WITH_CUDA
-  if (at::hasCUDA()) {
-    const auto* props = at::cuda::getDeviceProperties(index);
-    const bool native = props->major >= 8;
-    return {native, fmt::format("GPU {} ({}) has compute capability {}.{}{}", index, props->name, props->major,
-                                props->minor, native ? "" : ", below 8.0")};
+  // Asked for hardware=cuda only: it loads the CUDA library (and libtorch_cuda).
+  const auto* cuda = accumulate::cuda_library();
+  accumulate::GpuProperties props;
+  if (cuda && cuda->gpu_properties(index, &props)) {
+    const bool native = props.major >= 8;
+    return {native, fmt::format("GPU {} ({}) has compute capability {}.{}{}", index, props.name, props.major,
+                                props.minor, native ? "" : ", below 8.0")};
   }
-#endif
   return {false, "no CUDA device is visible to this build"};
 }
 
