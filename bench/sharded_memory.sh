@@ -8,6 +8,7 @@
 #
 # Usage: bench/sharded_memory.sh [--small]   (--small: a 2-layer width-128 shape, to check the script in seconds)
 set -euo pipefail
+[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

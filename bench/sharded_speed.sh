@@ -6,6 +6,7 @@
 #
 # Usage: bench/sharded_speed.sh [PAIRS] [key=value ...]
 set -euo pipefail
+[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
 pairs=${1:-3}
 shift || true
