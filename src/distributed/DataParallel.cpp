@@ -56,11 +56,15 @@ int64_t DataParallel::global_tokens(int64_t local_tokens) {
   return t.item<int64_t>();
 }
 
-double DataParallel::global_sum(double local) {
-  at::Tensor t = at::full({1}, local, at::TensorOptions(comm_->device()).dtype(at::kDouble));
-  comm_->all_reduce_sum_(t);
+namespace {
+double sum_over(Communicator& comm, double local) {
+  at::Tensor t = at::full({1}, local, at::TensorOptions(comm.device()).dtype(at::kDouble));
+  comm.all_reduce_sum_(t);
   return t.item<double>();
 }
+} // namespace
+
+double DataParallel::global_sum(double local) { return sum_over(*comm_, local); }
 
 std::vector<double> DataParallel::global_sums(const std::vector<double>& local) {
   at::Tensor t = at::tensor(local, at::kDouble).to(comm_->device());
@@ -81,11 +85,7 @@ void DataParallel::attach(accumulate::ShadowAccumulator& acc) {
   if (!acc.holds_pieces()) return;
   sharded_ = std::make_unique<ShardedFold>(*comm_, acc, ShardPlan(acc.params(), rank(), world_size()), bucket_bytes_,
                                            overlap_enabled_);
-  acc.set_norm_reducer([comm = comm_](double local) {
-    at::Tensor t = at::full({1}, local, at::TensorOptions(comm->device()).dtype(at::kDouble));
-    comm->all_reduce_sum_(t);
-    return t.item<double>();
-  });
+  acc.set_norm_reducer([comm = comm_](double local) { return sum_over(*comm, local); });
 }
 
 void DataParallel::after_last_backward(accumulate::ShadowAccumulator& acc) {
@@ -113,25 +113,20 @@ void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc, const at
   at::NoGradGuard no_grad;
   folds_at_last_reduce_ = acc.folds();
   if (acc.holds_pieces()) {  // summed bucket by bucket during the backward passes (after_last_backward)
-    if (rider.defined() && rider.numel() > 0) {
-      at::Tensor r = rider.view({-1});
-      comm_->all_reduce_sum_(r);
-    }
+    sum_rider(rider);
     if (!logged_buckets_)
       spdlog::info("gradient reduction: sharded (shard_gradients_over_data): {} fp32 buckets summed per microbatch "
                    "during its backward ({} sent before the backward ended, last step), this process keeps {} of the "
                    "shadow tree's values",
-                   sharded_->buckets(), sharded_->sent_during_backward(), acc.bytes() / int64_t(c10::elementSize(acc.grad_dtype())));
+                   sharded_->buckets(), sharded_->sent_during_backward(),
+                   acc.bytes() / int64_t(c10::elementSize(acc.grad_dtype())));
     logged_buckets_ = true;
     return;
   }
   const bool overlapped = overlap_ && overlap_->serves(acc);
   const int64_t buckets = overlapped ? overlap_->finish()
                                      : all_reduce_sum_bucketed(*comm_, acc.mutable_shadows(), bucket_bytes_);
-  if (rider.defined() && rider.numel() > 0) {
-    at::Tensor r = rider.view({-1});
-    comm_->all_reduce_sum_(r);
-  }
+  sum_rider(rider);
   if (!logged_buckets_) {
     int64_t numel = 0;
     for (const auto& s : acc.shadows()) numel += s.numel();
@@ -142,6 +137,12 @@ void DataParallel::reduce_gradients(accumulate::ShadowAccumulator& acc, const at
                             : "");
     logged_buckets_ = true;
   }
+}
+
+void DataParallel::sum_rider(const at::Tensor& rider) {
+  if (!rider.defined() || rider.numel() == 0) return;
+  at::Tensor r = rider.view({-1});
+  comm_->all_reduce_sum_(r);
 }
 
 std::vector<int64_t> DataParallel::all_gather_ints(const std::vector<int64_t>& mine) {

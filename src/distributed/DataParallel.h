@@ -83,6 +83,7 @@ class DataParallel {
   void verify_same_start(const std::vector<at::Tensor>& params);
 
  private:
+  void sum_rider(const at::Tensor& rider);  // reduce_gradients' rider: one all_reduce after the gradient
   std::shared_ptr<Communicator> comm_;
   int64_t bucket_bytes_;
   bool shard_optimizer_;
