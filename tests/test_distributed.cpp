@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "RankThreads.h"
+#include "RelativeError.h"
 #include "TinyConfig.h"
 #include "accumulate/ShadowAccumulator.h"
 #include "data/DataSource.h"
@@ -52,13 +53,6 @@ std::vector<at::Tensor> fp32_copies(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> out;
   for (const auto& t : ts) out.push_back(t.detach().to(at::kFloat).clone());
   return out;
-}
-
-double max_rel_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>() / std::max(b[i].abs().max().item<double>(), 1e-30));
-  return worst;
 }
 
 // The shadow tree of step 0 of a single process with the whole global batch: the reference gradient.
@@ -166,8 +160,8 @@ TEST_CASE("2 ranks x K=2 reduce to the single-process gradient of the whole glob
     grads[comm.rank()] = fp32_copies(step.accumulator().shadows());
   });
   require_no_errors(errors);
-  CHECK(max_rel_diff(grads[0], reference) <= 1e-5);
-  CHECK(max_rel_diff(grads[1], reference) <= 1e-5);
+  CHECK(relative_error::worst_rel_diff(grads[0], reference) <= 1e-5);
+  CHECK(relative_error::worst_rel_diff(grads[1], reference) <= 1e-5);
 }
 
 TEST_CASE("reducing before the last microbatch is folded (DeepSpeed #7985) misses the reference gradient",
@@ -201,10 +195,10 @@ TEST_CASE("reducing before the last microbatch is folded (DeepSpeed #7985) misse
     const int64_t params = int64_t(reference.size());
     if (reduce_early) {
       CHECK(folds[0] == params);  // only the first microbatch was in
-      CHECK(max_rel_diff(grads[0], reference) > 1e-2);
+      CHECK(relative_error::worst_rel_diff(grads[0], reference) > 1e-2);
     } else {
       CHECK(folds[0] == 2 * params);
-      CHECK(max_rel_diff(grads[0], reference) <= 1e-5);
+      CHECK(relative_error::worst_rel_diff(grads[0], reference) <= 1e-5);
     }
   }
 }
@@ -280,13 +274,14 @@ TEST_CASE("ZeRO-1 matches the unsharded update and holds about 1/WORLD_SIZE of t
     require_no_errors(errors);
   }
   for (int r = 0; r < 2; ++r) {
-    CHECK(max_rel_diff(weights[1][r], weights[0][r]) <= 1e-5);
+    CHECK(relative_error::worst_rel_diff(weights[1][r], weights[0][r]) <= 1e-5);
     for (size_t s = 0; s < losses[0][r].size(); ++s) CHECK(losses[1][r][s] == Approx(losses[0][r][s]).epsilon(1e-5));
     const double ratio = double(state_bytes[1][r]) / double(state_bytes[0][r]);
     INFO("rank " << r << ": sharded " << state_bytes[1][r] << " bytes, unsharded " << state_bytes[0][r] << " bytes");
     CHECK(ratio == Approx(0.5).margin(0.001));
   }
-  CHECK(max_rel_diff(weights[1][1], weights[1][0]) == 0);  // every rank ends with the same parameters
+  // Every rank ends with the same parameters.
+  CHECK(relative_error::worst_rel_diff(weights[1][1], weights[1][0]) == 0);
 }
 
 TEST_CASE("different initial weights or configs on two ranks are caught before the first step",
