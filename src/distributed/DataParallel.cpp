@@ -16,6 +16,7 @@
 #include "distributed/OverlappedReduce.h"
 #include "distributed/ShardPlan.h"
 #include "distributed/ShardedFold.h"
+#include "util/BlockHash.h"
 #include "util/Hash.h"
 
 namespace shadowgrad::distributed {
@@ -24,7 +25,7 @@ uint64_t checksum(const std::vector<at::Tensor>& tensors) {
   uint64_t h = util::kFnv1aOffset;
   for (const auto& t : tensors) {
     at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    h = util::fnv1a64(c.data_ptr(), c.numel() * c.element_size(), h);
+    h = util::block_hash_chain(c.data_ptr(), size_t(c.nbytes()), h);
   }
   return h;
 }

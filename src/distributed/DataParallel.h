@@ -96,7 +96,7 @@ class DataParallel {
   bool logged_buckets_ = false;
 };
 
-// 64-bit FNV-1a checksum of the tensors' bytes (bit-exact: two trees match only if every bit does).
+// 64-bit checksum of the tensors' bytes (util/BlockHash.h, every byte: two trees match only if every bit does).
 uint64_t checksum(const std::vector<at::Tensor>& tensors);
 
 } // namespace shadowgrad::distributed
