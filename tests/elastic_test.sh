@@ -5,6 +5,7 @@
 #     every rank writes its optimizer shard into the same step-N, listed in the manifest; SIGTERM to one rank stops
 #     both after the same step with such a checkpoint;
 #   - ZeRO-2 (shard_gradients_over_data) resumed 4 -> 2 -> 1 processes and 1 -> 4, within 1e-6 of unbroken runs;
+#     ZeRO-3 (shard_parameters_over_data, both carry modes) the same, and its checkpoint exports;
 #   - resume at another process count with the same global batch (8 = per_device_batch_size 2 x K x WORLD_SIZE):
 #     2x2 -> 1x4, 1x4 -> 2x2, 4x1 -> 2x2, ZeRO-1 2x2 -> 1x4 and -> ZeRO-1 4x1, whole 1x4 -> ZeRO-1 2x2; each within
 #     1e-5 relative of continuing unchanged, every step (the max rel diff is printed; bitwise is reported, not
@@ -156,6 +157,22 @@ tight z2 z2_straight "ZeRO-2 4 processes K=1 -> 2 processes K=2 -> 1 process K=4
 from_step3 p1 p1_to_z2
 train_ok p1_to_z2 4 6 gradient_accumulation_steps=1 "${z2[@]}"
 tight p1_to_z2 p1_straight "1 process K=4 -> ZeRO-2 4 processes K=1"
+
+echo "== sharded weights (ZeRO-3): the resume re-shards, 4 -> 2 -> 1 and 1 -> 4, within 1e-6 of an unbroken run"
+z3=(shard_optimizer_over_data=true shard_parameters_over_data=true)
+train_ok z3 4 2 gradient_accumulation_steps=1 "${z3[@]}"
+grep -q 'weights on this process (shard_parameters_over_data)' "$log" || fail "the ZeRO-3 run did not log its range"
+train_ok z3 2 4 gradient_accumulation_steps=2 "${z3[@]}" shard_gradients_over_data=true  # the other carry mode
+grep -q 'resharding: the checkpoint was written by 4 processes' "$log" || fail "no resharding line at ZeRO-3 4 -> 2"
+train_ok z3 1 6 gradient_accumulation_steps=4
+tight z3 z2_straight "ZeRO-3 4 processes K=1 -> ZeRO-3 (carry sharded too) 2 processes K=2 -> 1 process K=4"
+from_step3 p1 p1_to_z3
+train_ok p1_to_z3 4 6 gradient_accumulation_steps=1 "${z3[@]}"
+tight p1_to_z3 p1_straight "1 process K=4 -> ZeRO-3 4 processes K=1"
+# The checkpoint holds the whole weights (gathered for the write), so it exports as any other.
+"$(dirname "$TRAINER")/export_hf" "$runs/p1_to_z3" "$tmp/z3_hf" >"$tmp/z3_export.log" 2>&1 ||
+  { cat "$tmp/z3_export.log"; fail "export_hf of a ZeRO-3 run failed"; }
+[[ -f $tmp/z3_hf/model.safetensors ]] || fail "the ZeRO-3 export has no model.safetensors"
 
 echo "== a global batch that differs from the checkpoint's: exit 2 naming the three keys"
 from_step3 p2 p2_batch

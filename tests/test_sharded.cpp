@@ -7,9 +7,8 @@
 
 #include <ATen/ATen.h>
 
-#include "RankThreads.h"
 #include "RelativeError.h"
-#include "TinyConfig.h"
+#include "ShardedTraining.h"
 #include "accumulate/ShadowAccumulator.h"
 #include "config/ConfigLoader.h"
 #include "data/DataSource.h"
@@ -21,60 +20,7 @@
 #include "train/TrainStep.h"
 
 using namespace shadowgrad;
-
-namespace {
-
-struct ShardedTrace {
-  std::vector<double> loss, grad_norm;
-  std::vector<at::Tensor> weights;
-  int64_t shadow_bytes = 0, optimizer_bytes = 0;
-  distributed::CollectiveCounts last_step;
-};
-
-config::Config sharded_config(int64_t k, bool shard_grads, config::GradDtype carry, bool zero1 = false) {
-  auto c = tiny_config();
-  c.synthetic_min_length_fraction = 0.2;  // ragged: ranks hold different valid-token counts
-  c.per_device_batch_size = 2;
-  c.gradient_accumulation_steps = k;
-  c.grad_dtype = carry;
-  c.gradient_clipping_threshold = 0.3;  // clipped from the shards' global norm on some steps
-  c.grad_reduce_bucket_mb = 0.01;       // several buckets
-  c.shard_optimizer_over_data = shard_grads || zero1;
-  c.shard_gradients_over_data = shard_grads;
-  return c;
-}
-
-ShardedTrace train_sharded(const config::Config& c, int steps, distributed::Communicator* comm) {
-  std::shared_ptr<distributed::DataParallel> dp;
-  if (comm) dp = std::make_shared<distributed::DataParallel>(share(*comm), distributed::DataParallelOptions::from_config(c));
-  auto source = data::make_source(data::DataOptions::from_config(c));
-  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
-                        *source, c10::Device(c10::kCPU), dp);
-  ShardedTrace t;
-  for (int s = 0; s < steps; ++s) {
-    const auto before = comm ? comm->counts() : distributed::CollectiveCounts{};
-    const auto stats = step.run(s);
-    if (comm) {
-      t.last_step.all_reduce = comm->counts().all_reduce - before.all_reduce;
-      t.last_step.all_gather = comm->counts().all_gather - before.all_gather;
-      t.last_step.bytes = comm->counts().bytes - before.bytes;
-    }
-    t.loss.push_back(stats.loss);
-    t.grad_norm.push_back(stats.grad_norm);
-  }
-  for (const auto& p : step.accumulator().params()) t.weights.push_back(p.detach().clone());
-  t.shadow_bytes = step.accumulator().bytes();
-  t.optimizer_bytes = memory::optimizer_state_bytes(step.optimizer());
-  return t;
-}
-
-std::vector<ShardedTrace> train_sharded_ranks(int world, const config::Config& c, int steps) {
-  std::vector<ShardedTrace> out(static_cast<size_t>(world));
-  require_no_errors(run_ranks(world, [&](distributed::Communicator& comm) { out[size_t(comm.rank())] = train_sharded(c, steps, &comm); }));
-  return out;
-}
-
-} // namespace
+using namespace sharded_training;
 
 TEST_CASE("ShardPlan cuts the flat parameters into contiguous ranges, each parameter in at most one piece",
           "[sharded][unit]") {
@@ -104,15 +50,20 @@ TEST_CASE("ShardPlan cuts the flat parameters into contiguous ranges, each param
   CHECK(ts[1].eq(-1).all().item<bool>());
 }
 
-TEST_CASE("shard_gradients_over_data needs shard_optimizer_over_data, and shard_parameters_over_data exits 2 for now",
-          "[sharded][config]") {
+TEST_CASE("shard_gradients_over_data needs shard_optimizer_over_data, and so does shard_parameters_over_data but under "
+          "LoRA", "[sharded][config]") {
   auto c = tiny_config();
   c.shard_gradients_over_data = true;
   CHECK_THROWS_WITH(config::validate(c), Catch::Contains("set shard_optimizer_over_data=true too"));
   c.shard_optimizer_over_data = true;
   CHECK_NOTHROW(config::validate(c));
   c.shard_parameters_over_data = true;
-  CHECK_THROWS_WITH(config::validate(c), Catch::Contains("not built yet"));
+  CHECK_NOTHROW(config::validate(c));
+  c.shard_optimizer_over_data = c.shard_gradients_over_data = false;
+  CHECK_THROWS_WITH(config::validate(c), Catch::Contains("shard_parameters_over_data=true keeps only this process's "
+                                                         "range of the weights"));
+  c.lora_rank = 4;  // the sharded weights are the frozen base: no optimizer updates them
+  CHECK_NOTHROW(config::validate(c));
 }
 
 TEST_CASE("sharded gradients, fp32 with AdamW: every step's loss and norm within 1e-6 of one process, the weights after "

@@ -225,10 +225,9 @@ void validate(const Config& c) {
   if (c.shard_gradients_over_data && !c.shard_optimizer_over_data)
     fail("shard_gradients_over_data=true keeps only this process's range of the gradient, and only the optimizer of "
          "that range can use it: set shard_optimizer_over_data=true too (docs/distributed.md, 'Sharded training')");
-  if (c.shard_parameters_over_data)
-    fail("shard_parameters_over_data=true (ZeRO-3) is designed but not built yet (docs/distributed.md, 'Design: "
-         "shard_parameters_over_data'); shard_optimizer_over_data=true shard_gradients_over_data=true shards the "
-         "optimizer state and the shadow tree today");
+  if (c.shard_parameters_over_data && c.lora_rank == 0 && !c.shard_optimizer_over_data)
+    fail("shard_parameters_over_data=true keeps only this process's range of the weights, and only the optimizer of "
+         "that range can update it: set shard_optimizer_over_data=true too (docs/distributed.md, 'Sharded training')");
   if (c.keep_best_checkpoint && !c.enable_checkpointing)
     fail("keep_best_checkpoint=true keeps a checkpoint, and enable_checkpointing=false writes none");
   if (c.keep_best_checkpoint && c.eval_interval <= 0 && c.eval_interval_sequences <= 0)

@@ -168,6 +168,7 @@ void Communicator::all_reduce_sum_(at::Tensor& t) {
 struct PendingCollective::State {
   c10::intrusive_ptr<c10d::Work> work;
   Communicator::Impl* impl = nullptr;
+  const char* what = "all_reduce";
 };
 
 PendingCollective::PendingCollective() = default;
@@ -179,7 +180,7 @@ bool PendingCollective::pending() const { return state_ && state_->work; }
 void PendingCollective::wait() {
   if (!pending()) return;
   auto work = std::move(state_->work);
-  state_->impl->wait(work, "all_reduce");
+  state_->impl->wait(work, state_->what);
 }
 
 PendingCollective Communicator::start_all_reduce_sum(at::Tensor& t) {
@@ -193,6 +194,25 @@ PendingCollective Communicator::start_all_reduce_sum(at::Tensor& t) {
     pending.state_->work = impl_->group->allreduce(tensors);
   } catch (const c10::Error& e) {
     impl_->fail("all_reduce", e.what_without_backtrace());
+  }
+  return pending;
+}
+
+PendingCollective Communicator::start_broadcast(at::Tensor& t, int root) {
+  std::vector<at::Tensor> tensors{t};
+  ++impl_->counts.broadcast;
+  if (root == impl_->rank) impl_->counts.bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  PendingCollective pending;
+  pending.state_ = std::make_unique<PendingCollective::State>();
+  pending.state_->impl = impl_.get();
+  pending.state_->what = "broadcast";
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.timeout = to_ms(impl_->timeout_s);
+  try {
+    pending.state_->work = impl_->group->broadcast(tensors, options);
+  } catch (const c10::Error& e) {
+    impl_->fail("broadcast", e.what_without_backtrace());
   }
   return pending;
 }

@@ -32,8 +32,9 @@ class CollectiveError : public std::runtime_error {
 struct CollectiveCounts {
   int64_t all_reduce = 0;
   int64_t all_gather = 0;
+  int64_t broadcast = 0;
   int64_t bytes = 0;
-  int64_t total() const { return all_reduce + all_gather; }
+  int64_t total() const { return all_reduce + all_gather + broadcast; }
 };
 
 // A collective that has been started and not yet waited for (Communicator::start_all_reduce_sum).
@@ -78,6 +79,10 @@ class Communicator {
   // The same sum, started and returned without waiting: `t` must stay alive and untouched until wait(). Every process
   // must start its collectives in the same order.
   PendingCollective start_all_reduce_sum(at::Tensor& t);
+  // Rank `root`'s `t` copied into every process's `t` (same size and dtype everywhere, contiguous; any dtype: bytes
+  // travel), started without waiting, as start_all_reduce_sum. Only the root counts the bytes: it is the one that
+  // sends them.
+  PendingCollective start_broadcast(at::Tensor& t, int root);
   // out[r] receives rank r's `in`; every tensor has in's size and dtype.
   void all_gather(std::vector<at::Tensor>& out, const at::Tensor& in);
 

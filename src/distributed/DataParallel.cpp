@@ -42,6 +42,8 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, const DataParalle
     : comm_(std::move(comm)),
       bucket_bytes_(std::max<int64_t>(1, std::llround(options.bucket_mb * double(1 << 20)))),
       shard_optimizer_(options.shard_optimizer),
+      shard_parameters_(options.shard_parameters),
+      reshard_after_forward_(options.reshard_after_forward),
       config_hash_(options.config_hash),
       overlap_enabled_(options.overlap),
       shard_gradients_(options.shard_gradients) {}

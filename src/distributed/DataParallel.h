@@ -46,6 +46,9 @@ class DataParallel {
   std::shared_ptr<Communicator> shared_communicator() const { return comm_; }
   int64_t bucket_bytes() const { return bucket_bytes_; }
   bool shard_optimizer() const { return shard_optimizer_; }
+  // ZeRO-3 (shard_parameters_over_data): the trainer cuts the weights with ParameterShards.h.
+  bool shard_parameters() const { return shard_parameters_; }
+  bool reshard_after_forward() const { return reshard_after_forward_; }
 
   // shard_gradients_over_data: the accumulator's ranges (ShadowAccumulator's ranged constructor), this process's range
   // of the trainable `params`; empty otherwise. Then attach() the accumulator built with them: it installs the fold
@@ -87,6 +90,7 @@ class DataParallel {
   std::shared_ptr<Communicator> comm_;
   int64_t bucket_bytes_;
   bool shard_optimizer_;
+  bool shard_parameters_, reshard_after_forward_;
   uint64_t config_hash_;
   int64_t folds_at_last_reduce_ = -1;
   bool overlap_enabled_;

@@ -9,6 +9,7 @@
 #include "distributed/BucketedReduce.h"
 #include "distributed/Communicator.h"
 #include "distributed/FlatView.h"
+#include "distributed/ParameterShards.h"
 
 namespace shadowgrad::distributed {
 
@@ -23,12 +24,16 @@ std::vector<at::Tensor> trainable(const std::vector<at::Tensor>& params) {
 } // namespace
 
 ShardedOptimizer::ShardedOptimizer(std::shared_ptr<Communicator> comm, const std::vector<at::Tensor>& params,
-                                   int64_t bucket_bytes)
+                                   int64_t bucket_bytes, ParameterShards* weights)
     : comm_(std::move(comm)),
       params_(trainable(params)),
       plan_(params_, comm_->rank(), comm_->world_size()),
       bucket_bytes_(bucket_bytes),
-      pieces_(plan_.piece_views(params_)) {}
+      pieces_(weights ? weights->pieces() : plan_.piece_views(params_)),
+      weights_(weights) {
+  if (weights && (weights->plan().total() != plan_.total() || weights->plan().begin() != plan_.begin()))
+    throw std::invalid_argument("ShardedOptimizer: the weight shards do not cut the trainable parameters as ZeRO-1 does");
+}
 
 ShardedOptimizer::~ShardedOptimizer() = default;
 
@@ -45,7 +50,8 @@ void ShardedOptimizer::step(accumulate::ShadowAccumulator& acc, torch::optim::Op
   optimizer.step();
   for (auto& p : pieces_) p.mutable_grad() = at::Tensor();
   acc.zero_();
-  all_gather_parameters();
+  if (weights_) weights_->release_all();
+  else all_gather_parameters();
 }
 
 int64_t ShardedOptimizer::all_gather_parameters() {

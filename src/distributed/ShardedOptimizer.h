@@ -30,10 +30,15 @@ class ShadowAccumulator;
 namespace shadowgrad::distributed {
 
 class Communicator;
+class ParameterShards;
 
 class ShardedOptimizer {
  public:
-  ShardedOptimizer(std::shared_ptr<Communicator> comm, const std::vector<at::Tensor>& params, int64_t bucket_bytes);
+  // `weights`: ZeRO-3 of a full fine-tune (ParameterShards.h, over the same parameters in the same order): its pieces
+  // are the optimizer's parameters (the only copy of this range), and step() releases the gathered units instead of
+  // all-gathering. Null: the pieces are views of the parameters.
+  ShardedOptimizer(std::shared_ptr<Communicator> comm, const std::vector<at::Tensor>& params, int64_t bucket_bytes,
+                   ParameterShards* weights = nullptr);
   ~ShardedOptimizer();
 
   // The optimizer's parameters: views of this process's pieces of the parameters, in flat order.
@@ -47,7 +52,8 @@ class ShardedOptimizer {
 
   // One update: lends this range of the (already reduced and clipped) shadow tree to the pieces as their gradient
   // (the whole tree's pieces, or the accumulator's own pieces under ZeRO-2), runs the optimizer, zeroes the shadow
-  // tree, and all-gathers the updated ranges into every parameter.
+  // tree, and all-gathers the updated ranges into every parameter (ZeRO-3: lets every unit go, so the next forward
+  // gathers the updated pieces).
   void step(accumulate::ShadowAccumulator& acc, torch::optim::Optimizer& optimizer);
   // The all-gather alone: writes every process's slice into the parameters. Returns the rounds it took.
   int64_t all_gather_parameters();
@@ -58,6 +64,7 @@ class ShardedOptimizer {
   ShardPlan plan_;
   int64_t bucket_bytes_;
   std::vector<at::Tensor> pieces_;
+  ParameterShards* weights_;
 };
 
 } // namespace shadowgrad::distributed

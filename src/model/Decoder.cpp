@@ -12,6 +12,7 @@
 
 #include "config/Config.h"
 #include "config/Dtypes.h"
+#include "model/BackwardCall.h"
 #include "model/FrozenLinear.h"
 #include "model/Remat.h"
 #include "model/RmsNormFunction.h"
@@ -59,7 +60,8 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   o.compute_dtype = config::scalar_type(config::resolve_compute_dtype(c.dtype, c.hardware));
   o.weight_dtype = config::scalar_type(c.weight_dtype);
   o.init_seed = static_cast<uint64_t>(c.init_weights_seed);
-  o.hoist_weight_cast = c.hoist_weight_cast;
+  // ZeRO-3 holds a layer's weights only around its use; a cast copy of every weight held for the step would undo it.
+  o.hoist_weight_cast = c.hoist_weight_cast && !c.shard_parameters_over_data;
   o.fused_kernels = c.fused_kernels;
   o.remat = c.remat_policy;
   o.attention = c.attention;
@@ -385,11 +387,45 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, const torch::Tens
   const Layout layout = block_causal_layout(tokens, segments, positions);
   // Gather first, then cast: only the rows in use are converted.
   auto flat = tokens.flatten();
+  if (units_.forward_begin) units_.forward_begin(0);
   auto rows = casts_.gather && embedding_.requires_grad() ? casts_.gather(embedding_, flat, options_.compute_dtype)
                             : compute(embedding_.index_select(0, flat));
   auto x = rows.view({tokens.size(0), tokens.size(1), -1});
-  for (const auto& b : blocks_) x = block(b, x, layout);
+  if (units_.forward_end && !options_.tied_output) units_.forward_end(0);  // the gather's backward needs no weight
+  for (const auto& b : blocks_) x = hooked_block(b, x, layout);
+  const int64_t last = num_units() - 1;
+  if (units_.forward_begin) {
+    units_.forward_begin(last);
+    x = on_backward(x, [f = units_.backward_end, last] { f(last); });
+  }
   return rms_norm(x, final_norm_);
+}
+
+torch::Tensor DecoderImpl::hooked_block(const Block& b, const torch::Tensor& x, const Layout& layout) {
+  if (!units_.forward_begin) return block(b, x, layout);
+  const int64_t unit = b.index + 1;
+  units_.forward_begin(unit);
+  // The input's gradient arrives after every node of the block that reads a weight has run: the unit may go then.
+  auto y = block(b, on_backward(x, [f = units_.backward_end, unit] { f(unit); }), layout);
+  y = on_backward(y, [f = units_.backward_begin, unit] { f(unit); });
+  units_.forward_end(unit);
+  return y;
+}
+
+std::vector<std::vector<torch::Tensor>> DecoderImpl::unit_tensors() {
+  std::vector<std::vector<torch::Tensor>> units(num_units());
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
+    if (name.find("_lora_") != std::string::npos || name == "rope_cos" || name == "rope_sin" || name == "causal_mask")
+      return;
+    int64_t unit = 0;
+    if (name == "final_norm" || name == "output") unit = num_units() - 1;
+    else if (name.rfind("layer", 0) == 0) unit = std::stoll(name.substr(5)) + 1;
+    else if (name != "embedding") throw std::logic_error("unit_tensors: no unit for '" + name + "'");
+    units[unit].push_back(t);
+  };
+  for (const auto& p : named_parameters(/*recurse=*/false)) add(p.key(), p.value());
+  for (const auto& p : named_buffers(/*recurse=*/false)) add(p.key(), p.value());
+  return units;
 }
 
 } // namespace shadowgrad::model

@@ -96,6 +96,23 @@ class DecoderImpl : public torch::nn::Module {
   };
   void set_weight_casts(WeightCasts casts) { casts_ = std::move(casts); }
 
+  // ZeRO-3 (shard_parameters_over_data, distributed/ParameterShards.h): the base tensors come in units (0: the
+  // embedding; 1..L: the blocks; L+1: the final norm with the output), whose storage holds their values only around
+  // their use. The model says where it is; unset hooks are not called. Under no_grad no backward hook fires, and a
+  // unit whose input and output need no gradient gets none either (nothing of it is read in backward then).
+  struct UnitHooks {
+    std::function<void(int64_t unit)> forward_begin;   // before the unit's forward reads a weight
+    std::function<void(int64_t unit)> forward_end;     // after it (not called for the final unit, which the loss
+                                                       // reads, nor for a tied embedding, which the output reads)
+    std::function<void(int64_t unit)> backward_begin;  // before the unit's backward
+    std::function<void(int64_t unit)> backward_end;    // after it
+  };
+  void set_unit_hooks(UnitHooks hooks) { units_ = std::move(hooks); }
+  // The base tensors of each unit (parameters, or the frozen buffers under LoRA; never adapters), in registration
+  // order, so that their concatenation is parameters()'s order for a full fine-tune.
+  std::vector<std::vector<torch::Tensor>> unit_tensors();
+  int64_t num_units() const { return int64_t(blocks_.size()) + 2; }
+
   // hoist_weight_cast: drops the cached compute-dtype weights (call after the last microbatch's
   // backward); the next forward casts again. A cached cast is also recast if its weight changed.
   void clear_weight_cache() { weight_cache_.clear(); }
@@ -164,8 +181,12 @@ class DecoderImpl : public torch::nn::Module {
   bool minimal() const { return options_.remat == DecoderOptions::Remat::minimal; }
   torch::Tensor cast(const torch::Tensor& weight) const;  // to the compute dtype, through casts_ when set
 
+  // forward_begin(u) for the block of unit u, with the backward hooks around it (its input and output).
+  torch::Tensor hooked_block(const Block& b, const torch::Tensor& x, const Layout& layout);
+
   DecoderOptions options_;
   WeightCasts casts_;
+  UnitHooks units_;
   int64_t dropout_first_row_ = 0;
   torch::Tensor embedding_, final_norm_, output_;
   std::vector<Block> blocks_;

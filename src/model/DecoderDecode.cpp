@@ -37,13 +37,21 @@ torch::Tensor DecoderImpl::decode(const torch::Tensor& tokens, KvCache& cache) {
                                  start, cache.capacity(), options_.max_length));
   at::NoGradGuard no_grad;
   auto positions = at::arange(start, start + T, tokens.options().dtype(at::kLong)).expand({B, T}).contiguous();
+  // ZeRO-3: each unit is gathered for its forward and let go after it, as in training's forward without grad.
+  auto begin = [&](int64_t unit) { if (units_.forward_begin) units_.forward_begin(unit); };
+  auto end = [&](int64_t unit) { if (units_.forward_end) units_.forward_end(unit); };
+  begin(0);
   auto x = compute(embedding_.index_select(0, tokens.flatten())).view({B, T, -1});
+  if (!options_.tied_output) end(0);
   for (const auto& b : blocks_) {
+    begin(b.index + 1);
     auto y = x + cached_attention(b, x, cache, positions);
     x = y + mlp(b, y);
+    end(b.index + 1);
   }
   cache.length = start + T;
   // Only the last position reaches the vocabulary (RMSNorm is per position).
+  begin(num_units() - 1);
   return logits(rms_norm(x.select(1, T - 1), final_norm_));
 }
 

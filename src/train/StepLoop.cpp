@@ -232,8 +232,11 @@ class StepLoop {
     state.batch_last_change_step = policy_.state().last_change_step;
     const int stop = agreed_stop(signals_, step_.data_parallel());
     if (start_.checkpoints &&
-        (start_.checkpoints->due(state.step) || ((stop || last || evaluated) && cfg_.enable_checkpointing)))
+        (start_.checkpoints->due(state.step) || ((stop || last || evaluated) && cfg_.enable_checkpointing))) {
+      step_.gather_weights();  // ZeRO-3: model.pt holds the whole weights
       start_.checkpoints->save(state, *step_.model(), step_.optimizer());
+      step_.release_weights(/*adopt=*/false);
+    }
     if (!stop) return;
     progress_.finish();
     throw InterruptedError(fmt::format("stopped by {} after step {}; rerun the same command to {}",

@@ -15,6 +15,7 @@
 #include "data/PairSource.h"
 #include "distributed/Communicator.h"
 #include "distributed/DataParallel.h"
+#include "distributed/ParameterShards.h"
 #include "distributed/ShardedOptimizer.h"
 #include "model/DecoderOptions.h"
 #include "train/OptimizerFactory.h"
@@ -26,6 +27,18 @@ namespace {
 std::function<bool(int64_t)>& nan_fault_hook() {
   static std::function<bool(int64_t)> hook;
   return hook;
+}
+} // namespace
+
+namespace {
+// ZeRO-3: every process checks it starts from the same weights while it still holds them whole, then keeps its range.
+std::unique_ptr<distributed::ParameterShards> shard_weights(distributed::DataParallel* dp, model::Decoder& model) {
+  if (!dp || !dp->shard_parameters()) return nullptr;
+  dp->verify_same_start(model->parameters());
+  auto shards = std::make_unique<distributed::ParameterShards>(dp->shared_communicator(), model->unit_tensors(),
+                                                               dp->reshard_after_forward());
+  model->set_unit_hooks(shards->hooks());
+  return shards;
 }
 } // namespace
 
@@ -41,16 +54,20 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
       micro_batch_(o.microbatch),
       micro_steps_(o.accumulation_steps),
       schedule_(o.lr_schedule(o.microbatch * o.accumulation_steps * (dp ? dp->world_size() : 1))),
+      weights_(shard_weights(dp.get(), model_)),
       // With sharded gradients the shadow tree is this process's range of it (DataParallel::gradient_ranges).
       accumulator_(std::make_unique<accumulate::ShadowAccumulator>(
           model_->parameters(), o.grad_dtype,
           dp ? dp->gradient_ranges(model_->parameters()) : std::vector<accumulate::ShadowRange>{})),
       dp_(std::move(dp)),
-      zero_(dp_ && dp_->shard_optimizer() ? std::make_unique<distributed::ShardedOptimizer>(
-                                                dp_->shared_communicator(), model_->parameters(), dp_->bucket_bytes())
-                                          : nullptr),
+      // Under LoRA the weight shards hold the frozen base; the optimizer's pieces are then the adapters' own.
+      zero_(dp_ && dp_->shard_optimizer()
+                ? std::make_unique<distributed::ShardedOptimizer>(
+                      dp_->shared_communicator(), model_->parameters(), dp_->bucket_bytes(),
+                      weights_ && !model_->options().lora.enabled() ? weights_.get() : nullptr)
+                : nullptr),
       optimizer_(make_optimizer(o.optimizer, zero_ ? zero_->pieces() : model_->parameters())) {
-  if (dp_) dp_->verify_same_start(model_->parameters());
+  if (dp_ && !weights_) dp_->verify_same_start(model_->parameters());
   if (dp_) dp_->attach(*accumulator_);  // sharded gradients: the fold sink and the global norm
   // The gradient noise scale needs a small batch besides the global one: two microbatches over all processes (at
   // the run's largest batch; a step with one microbatch in all logs no estimate).
@@ -86,7 +103,20 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
        }});
 }
 
-TrainStep::~TrainStep() { model_->set_weight_casts({}); }  // the casts point into accumulator_
+TrainStep::~TrainStep() {
+  model_->set_weight_casts({});  // the casts point into accumulator_
+  model_->set_unit_hooks({});    // and the unit hooks into weights_
+}
+
+void TrainStep::gather_weights() {
+  if (weights_ && !model_->options().lora.enabled()) weights_->gather_all();
+}
+
+void TrainStep::release_weights(bool adopt) {
+  if (!weights_ || model_->options().lora.enabled()) return;
+  if (adopt) weights_->adopt_values();
+  weights_->release_all();
+}
 
 namespace {
 
@@ -183,6 +213,7 @@ void TrainStep::end_folds(int64_t step, Accumulated& sums) {
   sums.grad_rel_error = accumulator_->reference_error();
   if (accumulator_->grad_dtype() == at::kHalf) sums.underflow_fraction = warn_on_underflow(step);
   model_->clear_weight_cache();  // hoist_weight_cast: the cast weights are dead after the last backward
+  if (weights_) weights_->release_all();  // ZeRO-3: what the backward kept (the tied embedding, the last unit)
 }
 
 Accumulated TrainStep::accumulate_pairs(int64_t step, const StepBatch& plan) {

@@ -36,6 +36,7 @@ class PairSource;
 }
 namespace shadowgrad::distributed {
 class DataParallel;
+class ParameterShards;
 class ShardedOptimizer;
 }
 
@@ -132,6 +133,13 @@ class TrainStep {
   // ZeRO-1's slice of the optimizer state; null without shard_optimizer_over_data (or with one process).
   const distributed::ShardedOptimizer* sharded_optimizer() const { return zero_.get(); }
   model::Decoder& model() { return model_; }
+  // ZeRO-3 (shard_parameters_over_data): this process's range of the weights; null otherwise.
+  distributed::ParameterShards* parameter_shards() { return weights_.get(); }
+  // What reads or writes the whole weights of a full fine-tune (a checkpoint's save or restore, loading the starting
+  // weights) runs between these two under ZeRO-3: every unit gathered, then given back; `adopt`: the pieces take the
+  // values written into the whole tensors meanwhile. Collective; no-ops without ZeRO-3.
+  void gather_weights();
+  void release_weights(bool adopt);
   const StepOptions& options() const { return options_; }
   // The gradient noise scale's EMAs (null when gradient_noise_scale is off or there is one microbatch in all):
   // restored from and saved into checkpoints.
@@ -162,6 +170,9 @@ class TrainStep {
   bool warned_underflow_ = false;
   bool warned_noise_ = false;
   std::unique_ptr<NoiseScale> noise_;
+  // ZeRO-3: set when dp and shard_parameters_over_data. Made before the accumulator: cutting the weights gives each
+  // parameter new storage (Tensor::set_), which must precede the accumulator's hooks on its gradient node.
+  std::unique_ptr<distributed::ParameterShards> weights_;
   std::unique_ptr<accumulate::ShadowAccumulator> accumulator_;
   std::shared_ptr<distributed::DataParallel> dp_;        // null for one process
   std::unique_ptr<distributed::ShardedOptimizer> zero_;  // ZeRO-1: set when dp_ and shard_optimizer_over_data

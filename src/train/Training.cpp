@@ -17,6 +17,7 @@
 #include "distributed/Communicator.h"
 #include "distributed/DataParallel.h"
 #include "distributed/Environment.h"
+#include "distributed/ParameterShards.h"
 #include "hub/BaseRecord.h"
 #include "hub/Import.h"
 #include "hub/ModelWeights.h"
@@ -50,15 +51,22 @@ void log_process_memory(TrainStep& step, const memory::MemoryMeter& meter) {
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);
   constexpr double kMiB = 1024.0 * 1024.0;
+  // ZeRO-3: the weights held are this process's pieces; the gathered units come and go (their most at once).
+  const auto* shards = step.parameter_shards();
+  const int64_t weights = shards ? memory::tensor_bytes(shards->pieces()) : memory::tensor_bytes(step.accumulator().params());
+  if (shards)
+    spdlog::info("weights on this process (shard_parameters_over_data): {:.1f} MiB of its range; gathered layers held "
+                 "at most {:.1f} MiB at once",
+                 double(weights) / kMiB, double(shards->gathered_bytes_high()) / kMiB);
   spdlog::info("memory on this process: tensors peaked at {:.1f} MiB; weights {:.1f} MiB, shadow tree {:.1f} MiB, "
                "optimizer state {:.1f} MiB; peak RSS {:.1f} MiB",
-               double(meter.run_peak()) / kMiB, double(memory::tensor_bytes(step.accumulator().params())) / kMiB,
+               double(meter.run_peak()) / kMiB, double(weights) / kMiB,
                double(step.accumulator().bytes()) / kMiB,
                double(memory::optimizer_state_bytes(step.optimizer())) / kMiB, double(usage.ru_maxrss) / 1024.0);
   if (auto* dp = step.data_parallel()) {
     const auto& c = dp->communicator().counts();  // counted in the communicator, not estimated
-    spdlog::info("collectives on this process: {} all_reduce, {} all_gather, {} bytes contributed", c.all_reduce,
-                 c.all_gather, c.bytes);
+    spdlog::info("collectives on this process: {} all_reduce, {} all_gather, {} broadcast, {} bytes contributed",
+                 c.all_reduce, c.all_gather, c.broadcast, c.bytes);
   }
 }
 
@@ -224,10 +232,14 @@ RunSummary Training::run() {
   // A resume whose eval pairs have no reference yet scores them from the starting weights, before the checkpoint
   // replaces them.
   if (reference && checkpoint::can_resume(cfg_) && reference->eval_needs_start(checkpoint::run_dir_of(cfg_))) {
+    step.gather_weights();
     load_starting_weights(cfg_, *model);
+    step.release_weights(/*adopt=*/true);
     reference->score_eval_from_start();
   }
+  step.gather_weights();  // ZeRO-3: a checkpoint's weights are whole
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
+  step.release_weights(/*adopt=*/true);
   const bool budget_spent = cfg_.train_tokens > 0 && start.state.sequences >= cfg_.train_sequences();
   if (start.state.step > 0 && (start.state.step == cfg_.steps || budget_spent)) return finish_from_disk(start, step, meter);
   if (start.dir && start.state.step == 0 && !cfg_.load_parameters_path.empty()) {

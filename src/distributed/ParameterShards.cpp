@@ -1,0 +1,177 @@
+#include "distributed/ParameterShards.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <fmt/format.h>
+
+#include "distributed/Communicator.h"
+
+namespace shadowgrad::distributed {
+
+struct ParameterShards::Unit {
+  int64_t begin = 0, numel = 0;       // flat range of the unit
+  size_t first = 0, count = 0;        // its tensors in tensors_
+  at::Tensor buffer;                  // 1-D, the tensors are views of it; storage of 0 bytes when released
+  bool gathered = true;
+  std::vector<PendingCollective> pending;
+  int64_t bytes() const { return numel * int64_t(buffer.element_size()); }
+};
+
+namespace {
+
+std::vector<int64_t> numels(const std::vector<std::vector<at::Tensor>>& units) {
+  std::vector<int64_t> n;
+  for (const auto& u : units)
+    for (const auto& t : u) n.push_back(t.numel());
+  return n;
+}
+
+// The storage keeps its identity (every view and every tensor autograd saved still points at it): only its bytes go
+// and come back, as FSDP's flat parameters do.
+void free_storage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(c10::GetAllocator(t.device().type())->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+} // namespace
+
+ParameterShards::ParameterShards(std::shared_ptr<Communicator> comm, std::vector<std::vector<at::Tensor>> units,
+                                 bool reshard_after_forward)
+    : comm_(std::move(comm)),
+      reshard_after_forward_(reshard_after_forward),
+      plan_(numels(units), comm_->rank(), comm_->world_size()) {
+  at::NoGradGuard no_grad;
+  int64_t flat = 0;
+  for (auto& tensors : units) {
+    auto unit = std::make_unique<Unit>();
+    unit->begin = flat;
+    unit->first = tensors_.size();
+    unit->count = tensors.size();
+    for (const auto& t : tensors) {
+      if (t.scalar_type() != tensors.front().scalar_type() || t.device() != tensors.front().device())
+        throw std::invalid_argument("ParameterShards: a unit's tensors must share one dtype and device");
+      unit->numel += t.numel();
+    }
+    if (!tensors.empty()) {
+      // The unit's tensors become views of one flat buffer holding their values.
+      unit->buffer = at::empty({unit->numel}, tensors.front().options());
+      int64_t at = 0;
+      for (auto& t : tensors) {
+        unit->buffer.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
+        t.set_(unit->buffer.storage(), at, t.sizes(), t.contiguous().strides());
+        at += t.numel();
+      }
+    }
+    for (auto& t : tensors) tensors_.push_back(t);
+    flat += unit->numel;
+    units_.push_back(std::move(unit));
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const Piece& p = plan_.piece(i);
+    piece_of_.push_back(p.numel > 0 ? int64_t(pieces_.size()) : -1);
+    if (p.numel > 0) pieces_.push_back(tensors_[i].detach().view({-1}).narrow(0, p.offset, p.numel).clone());
+  }
+  for (auto& u : units_) gathered_bytes_ += u->buffer.defined() ? u->bytes() : 0;
+  release_all();
+  gathered_high_ = 0;  // what training gathers, not the whole model it started from
+}
+
+// No collective here: a destructor may run while another process has gone. Whoever reads the model after the run
+// calls gather_all() first.
+ParameterShards::~ParameterShards() = default;
+
+model::DecoderImpl::UnitHooks ParameterShards::hooks() {
+  model::DecoderImpl::UnitHooks h;
+  h.forward_begin = [this](int64_t u) {
+    gather(u);
+    prefetch(u + 1);
+  };
+  h.forward_end = [this](int64_t u) {
+    // Without grad there is no backward to keep the unit for.
+    if (reshard_after_forward_ || !at::GradMode::is_enabled()) release(u);
+  };
+  h.backward_begin = [this](int64_t u) {
+    gather(u);
+    if (u > 1) prefetch(u - 1);  // unit 0's backward (the embedding's gather) reads no weight
+  };
+  h.backward_end = [this](int64_t u) { release(u); };
+  return h;
+}
+
+void ParameterShards::start(Unit& unit) {
+  at::NoGradGuard no_grad;
+  allocate_storage(unit.buffer, size_t(unit.bytes()));
+  unit.gathered = true;
+  gathered_bytes_ += unit.bytes();
+  gathered_high_ = std::max(gathered_high_, gathered_bytes_);
+  // This process's pieces go into its part of the buffer; then every owner's part is broadcast from it.
+  for (size_t i = unit.first; i < unit.first + unit.count; ++i) {
+    if (piece_of_[i] < 0) continue;
+    const int64_t at = tensors_[i].storage_offset() + plan_.piece(i).offset;
+    unit.buffer.narrow(0, at, plan_.piece(i).numel).copy_(pieces_[piece_of_[i]]);
+  }
+  const int64_t size = plan_.shard_size(), end = unit.begin + unit.numel;
+  for (int r = int(unit.begin / size); r < comm_->world_size() && int64_t(r) * size < end; ++r) {
+    const int64_t lo = std::max(unit.begin, int64_t(r) * size), hi = std::min(end, int64_t(r + 1) * size);
+    if (hi <= lo) continue;
+    at::Tensor part = unit.buffer.narrow(0, lo - unit.begin, hi - lo);
+    unit.pending.push_back(comm_->start_broadcast(part, r));
+  }
+}
+
+void ParameterShards::gather(int64_t u) {
+  if (u < 0 || u >= int64_t(units_.size()) || !units_[u]->buffer.defined()) return;
+  Unit& unit = *units_[u];
+  if (!unit.gathered) start(unit);
+  for (auto& p : unit.pending) p.wait();
+  unit.pending.clear();
+}
+
+void ParameterShards::prefetch(int64_t u) {
+  if (u < 0 || u >= int64_t(units_.size()) || !units_[u]->buffer.defined() || units_[u]->gathered) return;
+  start(*units_[u]);
+}
+
+void ParameterShards::release(int64_t u) {
+  if (u < 0 || u >= int64_t(units_.size()) || !units_[u]->buffer.defined() || !units_[u]->gathered) return;
+  Unit& unit = *units_[u];
+  for (auto& p : unit.pending) p.wait();
+  unit.pending.clear();
+  free_storage(unit.buffer);
+  unit.gathered = false;
+  gathered_bytes_ -= unit.bytes();
+}
+
+int64_t ParameterShards::largest_unit_bytes() const {
+  int64_t most = 0;
+  for (const auto& u : units_)
+    if (u->buffer.defined()) most = std::max(most, u->bytes());
+  return most;
+}
+
+void ParameterShards::release_all() {
+  for (int64_t u = 0; u < int64_t(units_.size()); ++u) release(u);
+}
+
+void ParameterShards::gather_all() {
+  for (int64_t u = 0; u < int64_t(units_.size()); ++u) gather(u);
+}
+
+void ParameterShards::adopt_values() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (piece_of_[i] >= 0)
+      pieces_[piece_of_[i]].copy_(tensors_[i].detach().view({-1}).narrow(0, plan_.piece(i).offset, plan_.piece(i).numel));
+}
+
+} // namespace shadowgrad::distributed

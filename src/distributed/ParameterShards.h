@@ -1,0 +1,76 @@
+#pragma once
+// ZeRO-3 (shard_parameters_over_data=true, docs/distributed.md "Sharded training"): each process keeps only its range
+// of the model's base tensors, and a unit's whole tensors (a decoder block, the embedding, the final norm with the
+// output) exist only around the unit's use.
+//
+//   ParameterShards shards(comm, model->unit_tensors(), reshard_after_forward);
+//   optimizer over shards.pieces()    // a full fine-tune: the master weights of this range, as ZeRO-1's pieces
+//   model->set_unit_hooks(shards.hooks());
+//   ... forward/backward: each unit is gathered before use and released after ...
+//   after the update: shards.release_all()   // the next forward gathers the updated pieces
+//
+// The range is ShardPlan's over the concatenated unit tensors: for a full fine-tune that is ZeRO-1's range over the
+// parameters, so the optimizer's pieces, the checkpoints' shard files and their re-sharding are ZeRO-1's. Each
+// process keeps its pieces as tensors of their own; a unit's tensors are views of one flat buffer whose storage is
+// given back (0 bytes) when the unit is released and allocated again when it is gathered. A gather is one broadcast
+// per process whose range meets the unit, from that process (a unit usually lies in one or two ranges), started
+// ahead: forward gathers unit u+1 while unit u computes, backward unit u-1 while unit u's backward runs. Collectives
+// are issued in the model's order of units, the same on every process.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "distributed/ShardPlan.h"
+#include "model/Decoder.h"
+
+namespace shadowgrad::distributed {
+
+class Communicator;
+class PendingCollective;
+
+class ParameterShards {
+ public:
+  // `units`: the tensors of each unit in flat order (contiguous, one dtype and device per unit), holding the
+  // starting values, the same on every process. Keeps this process's pieces, then releases every unit.
+  ParameterShards(std::shared_ptr<Communicator> comm, std::vector<std::vector<at::Tensor>> units,
+                  bool reshard_after_forward);
+  ~ParameterShards();
+
+  const ShardPlan& plan() const { return plan_; }
+  // This process's pieces of the unit tensors, 1-D, in flat order, the non-empty ones only.
+  const std::vector<at::Tensor>& pieces() const { return pieces_; }
+  // The hooks that gather and release units as the model runs.
+  model::DecoderImpl::UnitHooks hooks();
+
+  void gather(int64_t unit);   // waits for a prefetch, or gathers now
+  void prefetch(int64_t unit); // starts the gather (no-op if gathered, or out of range)
+  void release(int64_t unit);  // the unit's storage is given back (waits for a gather in flight first)
+  void release_all();
+  // Every unit gathered (checkpoints of a full fine-tune read and write whole tensors), then adopt_values() after
+  // a restore wrote into them: the pieces take the tensors' values of this range.
+  void gather_all();
+  void adopt_values();
+
+  // Bytes the gathered units hold now, and the most they have held.
+  int64_t gathered_bytes() const { return gathered_bytes_; }
+  int64_t gathered_bytes_high() const { return gathered_high_; }
+  // The largest unit's bytes: with the prefetch, at most two units are gathered at once (three under
+  // reshard_after_forward=false's backward, and a tied embedding stays for the step).
+  int64_t largest_unit_bytes() const;
+
+ private:
+  struct Unit;
+  void start(Unit& unit);
+  std::shared_ptr<Communicator> comm_;
+  bool reshard_after_forward_;
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<at::Tensor> tensors_;       // every unit's tensors, flat order
+  ShardPlan plan_;
+  std::vector<at::Tensor> pieces_;        // non-empty pieces, flat order
+  std::vector<int64_t> piece_of_;         // tensor index -> index into pieces_, -1 when empty
+  int64_t gathered_bytes_ = 0, gathered_high_ = 0;
+};
+
+} // namespace shadowgrad::distributed
