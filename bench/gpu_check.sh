@@ -472,6 +472,17 @@ if ((ngpu >= 2)) && [[ -x $trainer ]]; then
   n="n/a n/a 0"
   [[ -f $logs/runs/zero2/metrics.jsonl ]] && n=$(numbers trainer "$logs/runs/zero2/metrics.jsonl" "${big_batch[3]}")
   row "2 GPUs, ZeRO-2" "$ph_status" "$ph_s" "big model; tokens/s, peak MiB, steps kept: $n$( ((ph_rc && ph_rc != 99)) && echo "; $(why_failed "$logs/zero2.log")")"
+  # ZeRO-3 on NCCL: the weights' units gathered by NCCL broadcasts into storage the CUDA caching allocator gives back.
+  # shellcheck disable=SC2046 # trainer_keys is a list of key=value words
+  run_phase "2 GPUs, shard_parameters_over_data=true" 120 "$logs/zero3.log" \
+    env TORCHRUN="$torchrun" TRAINER="$trainer" "$root/scripts/launch.sh" --nproc 2 "$root/configs/seed.yml" \
+    $(trainer_keys "$big") hardware="$hardware" dtype=bfloat16 per_device_batch_size="${big_batch[0]}" \
+    gradient_accumulation_steps="${big_batch[1]}" steps="${big_batch[2]}" log_period=1 synthetic_min_length_fraction=1 \
+    enable_checkpointing=false shard_optimizer_over_data=true shard_parameters_over_data=true \
+    shard_gradients_over_data=true base_output_directory="$logs/runs" run_name="zero3"
+  n="n/a n/a 0"
+  [[ -f $logs/runs/zero3/metrics.jsonl ]] && n=$(numbers trainer "$logs/runs/zero3/metrics.jsonl" "${big_batch[3]}")
+  row "2 GPUs, ZeRO-3" "$ph_status" "$ph_s" "big model; tokens/s, peak MiB, steps kept: $n$( ((ph_rc && ph_rc != 99)) && echo "; $(why_failed "$logs/zero3.log")")"
 else
   notes+=("**Overlap gain: not measured.** It needs 2 GPUs or more (NCCL puts no two ranks on one GPU); this machine has $ngpu.")
   row "overlap gain" "needs 2 GPUs" 0 "found $ngpu"

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Intent: what each process holds under data parallel, ZeRO-1 and ZeRO-2 (shard_gradients_over_data), measured by the
+# Intent: what each process holds under data parallel, ZeRO-1, ZeRO-2 (shard_gradients_over_data) and ZeRO-3
+# (shard_parameters_over_data, with the carry whole or sharded), measured by the
 # trainer's tracking allocator and getrusage per process, and the bytes each process contributes to collectives,
 # counted in the communicator: a full fine-tune with AdamW (fp32 moments), fp32 weights and a bf16 carry, the same
 # global batch at N = 1, 2 and 4 processes (docs/distributed.md, "Sharded training").
 # Cost: about 3-4 minutes on 2 cores with the default shape (0.27 B parameters: width 1024, 12 layers, MLP 4096,
 # vocab 32000), 2 steps per run, one thread per process; peak memory about 9 GiB in all (the N=4 runs).
 #
-# Usage: bench/sharded_memory.sh [--small]   (--small: a 2-layer width-128 shape, to check the script in seconds)
+# Usage: bench/sharded_memory.sh [--small | --1.1b]
+#   --small: a 2-layer width-128 shape, to check the script in seconds
+#   --1.1b:  TinyLlama's 1.1 B shape (width 2048, 22 layers, MLP 5632, 32 heads, 4 KV heads, vocab 32000), at N = 1, 2
+#            and 4 with ZeRO-3 only: about 20 GiB in all at N = 4, 10-15 minutes on 2 cores
 set -euo pipefail
 [[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,6 +21,10 @@ shape=(base_emb_dim=1024 base_num_query_heads=16 base_num_kv_heads=16 head_dim=6
 common=(steps=2 dtype=float32 weight_dtype=float32 grad_dtype=bfloat16 opt_type=adamw num_threads=1
         enable_checkpointing=false gradient_noise_scale=false base_output_directory="$out/runs" log_period=1
         grad_reduce_bucket_mb=25)
+if [[ ${1:-} == --1.1b ]]; then
+  shape=(base_emb_dim=2048 base_num_query_heads=32 base_num_kv_heads=4 head_dim=64 base_mlp_dim=5632
+         base_num_decoder_layers=22 vocab_size=32000 max_target_length=32 per_device_batch_size=1)
+fi
 if [[ ${1:-} == --small ]]; then
   shape=(base_emb_dim=128 base_num_query_heads=4 base_num_kv_heads=4 head_dim=32 base_mlp_dim=256
          base_num_decoder_layers=2 vocab_size=1000 max_target_length=32 per_device_batch_size=1)
@@ -39,19 +47,34 @@ import re, sys
 name, n, log = sys.argv[1], int(sys.argv[2]), open(sys.argv[3]).read()
 mem = re.findall(r"(?:\[rank (\d+)\].*?)?memory on this process: tensors peaked at ([\d.]+) MiB; weights ([\d.]+) MiB, "
                  r"shadow tree ([\d.]+) MiB, optimizer state ([\d.]+) MiB; peak RSS ([\d.]+) MiB", log)
-col = re.findall(r"collectives on this process: (\d+) all_reduce, (\d+) all_gather, (\d+) bytes", log)
+col = re.findall(r"collectives on this process: (\d+) all_reduce, (\d+) all_gather, (\d+) broadcast, (\d+) bytes", log)
 for i, m in enumerate(mem):
-    sent = f"{int(col[i][2]) / 2 / 2**20:9.1f}" if i < len(col) else "      -"
+    sent = f"{int(col[i][3]) / 2 / 2**20:9.1f}" if i < len(col) else "      -"
     print(f"{name:18s} N={n} rank {m[0] or 0}: tensors peak {float(m[1]):8.1f} MiB | weights {float(m[2]):7.1f} "
           f"shadow {float(m[3]):7.1f} optimizer {float(m[4]):7.1f} | RSS {float(m[5]):8.1f} MiB | MiB sent/step {sent}")
+plan = re.search(r"memory plan of each of the \d+ processes: .*?at least ([\d.]+) (GiB|MiB)", log)
+if plan:
+    planned = float(plan.group(1)) * (1024 if plan.group(2) == "GiB" else 1)
+    print(f"{name:18s} N={n} plan (train/MemoryProbe.cpp): {planned:8.1f} MiB, measured/plan "
+          f"{float(mem[0][1]) / planned:.2f}")
 if not mem: sys.exit(f"{name}: no memory line in the log")
 PY
 }
 
 echo "# $(date -u +%F) $(lscpu | sed -n 's/^Model name: *//p') $(nproc) cores"
+z3=(shard_optimizer_over_data=true shard_parameters_over_data=true)
 case_run one 1 4
+if [[ ${1:-} == --1.1b ]]; then
+  case_run zero3_2 2 2 "${z3[@]}"
+  case_run zero3s_4 4 1 "${z3[@]}" shard_gradients_over_data=true
+  exit 0
+fi
 case_run dp2 2 2
 case_run zero1_2 2 2 shard_optimizer_over_data=true
 case_run zero2_2 2 2 shard_optimizer_over_data=true shard_gradients_over_data=true
 case_run zero1_4 4 1 shard_optimizer_over_data=true
 case_run zero2_4 4 1 shard_optimizer_over_data=true shard_gradients_over_data=true
+case_run zero3_2 2 2 "${z3[@]}"
+case_run zero3s_2 2 2 "${z3[@]}" shard_gradients_over_data=true
+case_run zero3_4 4 1 "${z3[@]}"
+case_run zero3s_4 4 1 "${z3[@]}" shard_gradients_over_data=true

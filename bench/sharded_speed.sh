@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Intent: step time of ZeRO-2 (shard_gradients_over_data) against plain data parallel at N=2 on one host, as the
-# trainer's own tokens/s (training seconds, start-up excluded), in alternating pairs; and ZeRO-1 beside them.
-# Cost: 3 pairs x 3 runs of configs/base.yml (4.07 M parameters) for 15 steps, 2 processes of one thread each:
+# trainer's own tokens/s (training seconds, start-up excluded), in alternating pairs; and ZeRO-1 and ZeRO-3
+# (shard_parameters_over_data, carry whole) beside them.
+# Cost: 3 pairs x 4 runs of configs/base.yml (4.07 M parameters) for 15 steps, 2 processes of one thread each:
 # about 3 minutes on 2 cores.
 #
 # Usage: bench/sharded_speed.sh [PAIRS] [key=value ...]
@@ -22,18 +23,20 @@ speed() {  # speed NAME key=value...: the run's avg_tokens_per_s
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["avg_tokens_per_s"])' "$out/runs/$name/summary.json"
 }
 echo "# $(date -u +%F) $(lscpu | sed -n 's/^Model name: *//p') $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
-ratios2=() ratios1=()
+ratios2=() ratios1=() ratios3=()
 for i in $(seq "$pairs"); do
   dp=$(speed dp$i)
   z2=$(speed z2_$i shard_optimizer_over_data=true shard_gradients_over_data=true)
   z1=$(speed z1_$i shard_optimizer_over_data=true)
+  z3=$(speed z3_$i shard_optimizer_over_data=true shard_parameters_over_data=true)
   ratios2+=("$(python3 -c "print($z2 / $dp)")")
   ratios1+=("$(python3 -c "print($z1 / $dp)")")
-  echo "pair $i: data parallel $dp tok/s, ZeRO-2 $z2 tok/s (x$(python3 -c "print(round($z2 / $dp, 3))")), ZeRO-1 $z1 tok/s (x$(python3 -c "print(round($z1 / $dp, 3))"))"
+  ratios3+=("$(python3 -c "print($z3 / $dp)")")
+  echo "pair $i: data parallel $dp tok/s, ZeRO-2 $z2 tok/s (x$(python3 -c "print(round($z2 / $dp, 3))")), ZeRO-1 $z1 tok/s (x$(python3 -c "print(round($z1 / $dp, 3))")), ZeRO-3 $z3 tok/s (x$(python3 -c "print(round($z3 / $dp, 3))"))"
 done
-python3 - "${ratios2[*]}" "${ratios1[*]}" <<'PY'
+python3 - "${ratios2[*]}" "${ratios1[*]}" "${ratios3[*]}" <<'PY'
 import statistics, sys
-for name, arg in (("ZeRO-2", sys.argv[1]), ("ZeRO-1", sys.argv[2])):
+for name, arg in (("ZeRO-2", sys.argv[1]), ("ZeRO-1", sys.argv[2]), ("ZeRO-3", sys.argv[3])):
     r = [float(x) for x in arg.split()]
     print(f"{name} / data parallel tokens/s: median {statistics.median(r):.3f} (range {min(r):.3f}-{max(r):.3f}) over {len(r)} pairs")
 PY

@@ -5,7 +5,7 @@
 #     1e-5 relative (fp32), packed and unpacked, sigmoid with the NLL term;
 #   - resume: 2 processes trained 3 steps then resumed to 6 give bitwise the 6 straight steps' losses (the reference
 #     read back from the run directory), and 1 process resumes a 2-process checkpoint (1e-5);
-#   - per_device_batch_size=auto fits pairs (the same losses as one batch, 1e-5); ZeRO-1 and ZeRO-2 = plain data parallel and
+#   - per_device_batch_size=auto fits pairs (the same losses as one batch, 1e-5); ZeRO-1, ZeRO-2 and ZeRO-3 = plain data parallel and
 #     remat_policy=full = none (1e-5); a bf16 shadow tree within 1e-2;
 #   - a resume with another pair file exits 2; LoRA: K=4 against one batch (1e-5);
 #   - metrics.jsonl has TRL's quantities; step 1's loss is log 2 (the reference is the model at step 0).
@@ -75,13 +75,17 @@ rc=0
 ((rc == 2)) || { cat "$tmp/other.log" >&2; fail "a resume with another pair file exited $rc, not 2"; }
 grep -q "belongs to other pairs" "$tmp/other.log" || fail "the refusal does not say why"
 
-echo "== ZeRO-1, remat and a bf16 shadow tree apply unchanged"
+echo "== ZeRO-1, ZeRO-2, ZeRO-3, remat and a bf16 shadow tree apply unchanged"
 run zero1 2 6 packing=true per_device_batch_size=2 gradient_accumulation_steps=2 shard_optimizer_over_data=true
 close zero1 p2_true loss 1e-5
 run zero2 2 6 packing=true per_device_batch_size=2 gradient_accumulation_steps=2 shard_optimizer_over_data=true \
   shard_gradients_over_data=true grad_reduce_bucket_mb=0.01
 close zero2 p2_true loss 1e-5
 close zero2 p2_true logps_rejected 1e-5
+run zero3 2 6 packing=true per_device_batch_size=2 gradient_accumulation_steps=2 shard_optimizer_over_data=true \
+  shard_parameters_over_data=true
+close zero3 p2_true loss 1e-5
+close zero3 p2_true logps_rejected 1e-5
 run remat 0 6 packing=true per_device_batch_size=2 gradient_accumulation_steps=4 remat_policy=full
 close remat p1_true loss 1e-5
 run bf16_shadow 0 6 packing=true per_device_batch_size=2 gradient_accumulation_steps=4 grad_dtype=bfloat16

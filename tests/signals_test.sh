@@ -5,7 +5,7 @@
 #   - `torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 --no_python TRAINER ...` (MODE=torchrun; with
 #     --standalone's c10d rendezvous on a free port instead of its fixed 29400): the workers run in their own
 #     session, so only the agent's SIGTERM reaches them.
-# (Under launch.sh the run shards its gradients and optimizer state, ZeRO-2.) Either way the step under way finishes, rank 0 writes a checkpoint, no trainer exits at once ("exiting now"), and
+# (Under launch.sh the run shards its weights, gradients and optimizer state: ZeRO-3 with the carry sharded.) Either way the step under way finishes, rank 0 writes a checkpoint, no trainer exits at once ("exiting now"), and
 # re-running the same command resumes from that checkpoint and finishes with every step once. Both trainers are held
 # before step 3 (SHADOWGRAD_TEST_HOLD=step-3, src/train/Signals.h) until their signal comes, so it lands there
 # whatever the machine's load: the run stops after step 3, with a checkpoint of step 3.
@@ -28,9 +28,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" "signals_test (
 steps=6
 args=("${tiny[@]}" steps=$steps gradient_accumulation_steps=2 checkpoint_period=1000 run_name=group_int)
 if [[ $mode == launch ]]; then
-  # Under launch.sh the run is sharded (ZeRO-2): a stop then writes each rank's optimizer shard; torchrun's mode
-  # keeps plain data parallel.
-  args+=(shard_optimizer_over_data=true shard_gradients_over_data=true grad_reduce_bucket_mb=0.01)
+  # Under launch.sh the run is sharded (ZeRO-3, carry sharded): a stop then gathers the weights for model.pt and
+  # writes each rank's optimizer shard; torchrun's mode keeps plain data parallel.
+  args+=(shard_optimizer_over_data=true shard_gradients_over_data=true shard_parameters_over_data=true grad_reduce_bucket_mb=0.01)
   cmd=("$launch" --nproc 2 "${args[@]}")
 else
   # --standalone's rendezvous, on a free port: --standalone itself always takes port 29400, which another job on a
@@ -61,7 +61,7 @@ grep -q "stopped by SIG" "$tmp/first.log" || { cat "$tmp/first.log" >&2; fail "n
   { cat "$tmp/first.log" >&2; fail "no checkpoint at step $done_steps, the last step in metrics.jsonl"; }
 if [[ $mode == launch ]]; then
   for f in optimizer-shard-0000{0,1}-of-00002.pt; do
-    [[ -f $runs/group_int/checkpoints/step-$done_steps/$f ]] || fail "the ZeRO-2 checkpoint of step $done_steps has no $f"
+    [[ -f $runs/group_int/checkpoints/step-$done_steps/$f ]] || fail "the ZeRO-3 checkpoint of step $done_steps has no $f"
   done
 fi
 echo "stopped after step $done_steps with checkpoint step-$done_steps"

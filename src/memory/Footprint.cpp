@@ -22,6 +22,9 @@ std::string describe(const Footprint& f) {
   add("optimizer state", f.optimizer_state);
   add("hoisted weight casts", f.weight_casts);
   add("activations (a lower bound)", f.activations);
+  if (f.whole_at_start > 0 && f.whole_at_start == f.total())
+    return parts + fmt::format("; the whole weights ({}) held once at the start = at least {}", gib(f.whole_at_start),
+                               gib(f.total()));
   return parts + " = at least " + gib(f.total());
 }
 

@@ -6,6 +6,7 @@
 //
 //   memory::Footprint f = train::footprint_from_config(cfg, world);
 //   if (f.total() > available) throw InputError(memory::does_not_fit_before_build(f, what, available, source, fits));
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,11 +21,15 @@ struct Footprint {
   int64_t optimizer_state = 0;  // after the first update (this process's slice under ZeRO-1)
   int64_t weight_casts = 0;     // hoist_weight_cast: the trained weights in the compute dtype, held through a step
   int64_t activations = 0;      // a lower bound: what backward keeps of one microbatch
+  // shard_parameters_over_data: every process builds (or loads) the whole model before it keeps its range, so the
+  // whole weights are held once at the start, whatever the parts above add up to afterwards.
+  int64_t whole_at_start = 0;
   // Saturating: a part that is INT64_MAX (a shape too big to count, util/Saturating.h) keeps the total there.
   int64_t total() const {
-    return util::sat_add(util::sat_add(util::sat_add(util::sat_add(weights, shadow_tree), optimizer_state),
-                                       weight_casts),
-                         activations);
+    return std::max(whole_at_start,
+                    util::sat_add(util::sat_add(util::sat_add(util::sat_add(weights, shadow_tree), optimizer_state),
+                                                weight_casts),
+                                  activations));
   }
 };
 

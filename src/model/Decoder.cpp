@@ -401,6 +401,10 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, const torch::Tens
   return rms_norm(x, final_norm_);
 }
 
+void DecoderImpl::pass_units() {
+  if (units_.forward_begin) hidden(at::zeros({1, 1}, rope_cos_.options().dtype(at::kLong)));
+}
+
 torch::Tensor DecoderImpl::hooked_block(const Block& b, const torch::Tensor& x, const Layout& layout) {
   if (!units_.forward_begin) return block(b, x, layout);
   const int64_t unit = b.index + 1;

@@ -112,6 +112,10 @@ class DecoderImpl : public torch::nn::Module {
   // order, so that their concatenation is parameters()'s order for a full fine-tune.
   std::vector<std::vector<torch::Tensor>> unit_tensors();
   int64_t num_units() const { return int64_t(blocks_.size()) + 2; }
+  // A forward of one token whose result is dropped: under ZeRO-3 a process with no batch left in a loop where the
+  // others still have one runs it, so that every process gathers the same units in the same order. Run it in the
+  // grad mode of the others' forwards (a unit kept for a backward must be kept here too).
+  void pass_units();
 
   // hoist_weight_cast: drops the cached compute-dtype weights (call after the last microbatch's
   // backward); the next forward casts again. A cached cast is also recast if its weight changed.

@@ -106,7 +106,10 @@ double Evaluator::run_pairs(model::Decoder& model, c10::Device device, distribut
   PreferenceSums sums;
   for (int64_t b = 0; b < batches_; ++b) {
     const data::PairBatch batch = pairs.pairs_in_file_order(b * batch_ * world_ + rank * batch_, batch_);
-    if (batch.pairs == 0) continue;  // past the last held-out pair
+    if (batch.pairs == 0) {  // past the last held-out pair
+      if (dp && dp->shard_parameters()) model->pass_units();  // ZeRO-3: the others' gathers still need this one
+      continue;
+    }
     const AnswerScores scores = answer_scores(model, batch, device, loss_chunk_tokens_, fused_kernels_);
     preference_objective(scores, batch.reference, preference_, 1.0, 1.0, sums);  // sums only: no backward here
   }

@@ -5,11 +5,13 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "config/Config.h"
 #include "config/Dtypes.h"
 #include "data/DataSource.h"
 #include "distributed/Environment.h"
+#include "memory/Footprint.h"
 #include "memory/MemoryBudget.h"
 #include "memory/MemoryMeter.h"
 #include "model/Decoder.h"
@@ -105,6 +107,20 @@ std::string describe_run(const config::Config& cfg, const model::DecoderOptions&
 
 } // namespace
 
+namespace {
+
+// ZeRO-3's largest unit (distributed/ParameterShards.h), in elements: a decoder block, the embedding, or the final
+// norm with an untied output.
+int64_t largest_unit_elements(const model::DecoderOptions& o) {
+  const int64_t E = o.emb_dim, Q = o.num_query_heads * o.head_dim, KV = o.num_kv_heads * o.head_dim;
+  const int64_t block = sat_add(sat_add(sat_mul(2 * E, 1), sat_mul(sat_add(Q, KV), 2 * E)), sat_mul(3 * E, o.mlp_dim)) +
+                        (o.attention_bias ? Q + 2 * KV : 0) + (o.qk_norm ? 2 * o.head_dim : 0);
+  const int64_t table = sat_mul(o.vocab_size, E);
+  return std::max({block, table, o.tied_output ? E : sat_add(table, E)});
+}
+
+} // namespace
+
 memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world_size) {
   const model::DecoderOptions o = model::DecoderOptions::from_config(cfg);
   const model::WeightCount n = model::count_weights(o);
@@ -114,6 +130,14 @@ memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world
   const auto trained_dtype = lora ? c10::kFloat : o.weight_dtype;
   memory::Footprint f;
   f.weights = n.bytes;
+  // shard_parameters_over_data: this process's range of the base, and the two units gathered at once.
+  if (cfg.shard_parameters_over_data && world_size > 1) {
+    const int64_t base_size = int64_t(c10::elementSize(o.weight_dtype));
+    f.whole_at_start = n.bytes;
+    f.weights = sat_add(sat_mul(sat_add((n.base + world_size - 1) / world_size, sat_mul(2, largest_unit_elements(o))),
+                                base_size),
+                        sat_mul(n.adapters, 4));
+  }
   f.shadow_tree = sat_mul(trained, int64_t(c10::elementSize(config::scalar_type(cfg.grad_dtype))));
   // shard_gradients_over_data: this process's range of the tree (ShardPlan: ceil(T / N) elements at most).
   if (cfg.shard_gradients_over_data && world_size > 1)
@@ -136,6 +160,8 @@ memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world
 void refuse_what_cannot_fit(const config::Config& cfg, c10::Device device, int64_t world_size) {
   if (!device.is_cpu()) return;
   const memory::Footprint f = footprint_from_config(cfg, world_size);
+  if (world_size > 1 && cfg.shard_optimizer_over_data)  // what sharding leaves each process, before it is built
+    spdlog::info("memory plan of each of the {} processes: {}", world_size, memory::describe(f));
   const memory::MemoryHeadroom headroom = memory::read_headroom();
   if (headroom.bytes < 0) return;
   const int64_t sharing = std::max(1, distributed::ProcessEnvironment::from_environment().local_world_size);

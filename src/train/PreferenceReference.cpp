@@ -201,6 +201,9 @@ void score(const ReferencePass::Set& set, Stored& st, PassContext& c, const std:
       mine[size_t(3 * n + j)] = 1.0;
       ++scored;
       hold_for_test(fmt::format("reference-{}", scored));  // tests only (SHADOWGRAD_TEST_HOLD, train/Signals.h)
+    } else if (c.dp && c.dp->shard_parameters()) {  // ZeRO-3: no microbatch left here, the others still gather
+      at::AutoGradMode grad(set.grad);
+      c.model->pass_units();
     }
     // Every process agrees on whether to stop (one's signal stops all) and on rank 0's clock for a save.
     const int own = c.signals.requested();

@@ -74,6 +74,10 @@ class ReferencePass {
   // DataError when a resumed run's train reference is missing or belongs to other pairs, InterruptedError on a stop.
   void prepare(const std::string& run_dir, bool resumed, bool writer);
 
+  // The starting weights' fingerprint (starting_weights_key), taken once, when first asked for: prepare() asks for it
+  // on a fresh run. Under ZeRO-3 the trainer asks first, while it holds the weights whole.
+  uint64_t start_key();
+
   struct Set;  // one pair set, its file and how the pass groups it (PreferenceReference.cpp)
 
  private:
@@ -86,7 +90,6 @@ class ReferencePass {
   uint64_t start_ = 0;
   bool start_known_ = false;
   std::vector<double> eval_from_start_;  // score_eval_from_start()'s values, written by prepare()
-  uint64_t start_key();
 };
 
 } // namespace shadowgrad::train

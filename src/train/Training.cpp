@@ -232,14 +232,16 @@ RunSummary Training::run() {
   // A resume whose eval pairs have no reference yet scores them from the starting weights, before the checkpoint
   // replaces them.
   if (reference && checkpoint::can_resume(cfg_) && reference->eval_needs_start(checkpoint::run_dir_of(cfg_))) {
-    step.gather_weights();
+    step.gather_weights();  // ZeRO-3: loaded whole, then fingerprinted whole by score_eval_from_start
     load_starting_weights(cfg_, *model);
     step.release_weights(/*adopt=*/true);
+    step.gather_weights();
     reference->score_eval_from_start();
+    step.release_weights(/*adopt=*/false);
   }
-  step.gather_weights();  // ZeRO-3: a checkpoint's weights are whole
+  step.gather_weights(/*for_checkpoint=*/true);  // ZeRO-3: a checkpoint's weights are whole
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
-  step.release_weights(/*adopt=*/true);
+  step.release_weights(/*adopt=*/true, /*for_checkpoint=*/true);
   const bool budget_spent = cfg_.train_tokens > 0 && start.state.sequences >= cfg_.train_sequences();
   if (start.state.step > 0 && (start.state.step == cfg_.steps || budget_spent)) return finish_from_disk(start, step, meter);
   if (start.dir && start.state.step == 0 && !cfg_.load_parameters_path.empty()) {
@@ -251,6 +253,11 @@ RunSummary Training::run() {
     // again (RunDirectory.h) and continues the pass from what it kept.
     if (start.dir && start.state.step == 0) util::write_file_atomically(start.dir->file("config.yml"), config::to_yaml(cfg_));
     log_dropout(cfg_);
+    if (start.state.step == 0 && step.parameter_shards()) {  // ZeRO-3: the fingerprint reads the whole weights
+      step.gather_weights();
+      reference->start_key();
+      step.release_weights(/*adopt=*/false);
+    }
     reference->prepare(checkpoint::run_dir_of(cfg_), start.state.step > 0, start.dir.has_value());
   }
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
