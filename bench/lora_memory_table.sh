@@ -7,7 +7,8 @@
 # values of the weights). Columns:
 #   full      full fine-tuning at its leanest: grad_dtype=bfloat16 adam_state_dtype=bfloat16 hoist_weight_cast=false
 #             remat_policy=full (docs/memory.md, "Memory levers"), fp32 master weights
-#   lora      LoRA r=16 (alpha 32) on all seven projections, the frozen base in fp32, remat_policy=full
+#   lora      LoRA r=16 (alpha 32) on all seven projections, the frozen base in fp32, remat_policy=full,
+#             hoist_weight_cast=false (under bf16 compute the default would hold a bf16 copy of the base per step)
 #   lora_bf16 the same with the base in bf16 (weight_dtype=bfloat16)
 # Cells run one at a time. Before each, the script waits until MemAvailable covers a rough need (bytes per parameter
 # x parameters + 2 GiB) or the run is one the trainer will refuse; while it runs, a watchdog SIGKILLs the trainer if
@@ -71,7 +72,8 @@ params() { case $1 in smol135m) echo 0.135 ;; smol360m) echo 0.362 ;; llama1b) e
 column_keys() {
   case $1 in
     full) echo "grad_dtype=bfloat16 adam_state_dtype=bfloat16 hoist_weight_cast=false remat_policy=full" ;;
-    lora) echo "lora_rank=16 lora_alpha=32 lora_target_modules=all-linear grad_dtype=bfloat16 remat_policy=full" ;;
+    lora) echo "lora_rank=16 lora_alpha=32 lora_target_modules=all-linear grad_dtype=bfloat16 remat_policy=full" \
+               "hoist_weight_cast=false" ;;
     lora_bf16) echo "lora_rank=16 lora_alpha=32 lora_target_modules=all-linear grad_dtype=bfloat16 remat_policy=full" \
                     "weight_dtype=bfloat16" ;;
     *) echo "lora_memory_table.sh: unknown column $1" >&2; exit 2 ;;

@@ -105,9 +105,14 @@ def is_cast(name, args):
     return False
 
 
+# Ops that move data only through the ops they call (_to_copy, clone): with no child they returned their input.
+NO_OWN_DATA = {"aten::to", "aten::contiguous"}
+
+
 def moves_data(name):
-    """Views, allocation and autograd's own nodes read and write no tensor data of their own."""
-    return name not in FRAMEWORK and not name.startswith(("autograd::", "torch::autograd"))
+    """Views, allocation and autograd's own nodes read and write no tensor data of their own, nor does a to() or
+    contiguous() that returned its input (an fp32 weight's to(fp32))."""
+    return name not in FRAMEWORK and name not in NO_OWN_DATA and not name.startswith(("autograd::", "torch::autograd"))
 
 
 class Counts:

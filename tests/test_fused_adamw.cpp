@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/adamw.h>
 
+#include "accumulate/Scale.h"
 #include "train/FusedAdamW.h"
 #include "util/OptimizerStateKey.h"
 #include "RelativeError.h"
@@ -116,4 +117,39 @@ TEST_CASE("bf16 moments: stochastic rounding within one ulp, unbiased, reproduci
     CHECK(farther > 0.2);
     CHECK(farther < 0.3);  // uniform low bits: 1/4 on average
   }
+}
+
+TEST_CASE("a gradient scale read by FusedAdamW gives the bits of scaling the gradient first, and lasts one step",
+          "[optimizer][clip]") {
+  // Gradient clipping hands its factor to the update instead of a pass over the gradients (train/TrainStep.cpp):
+  // the parameters and moments must be bit for bit those of accumulate::scale_tensor_ followed by the plain step.
+  const auto grad_dtype = GENERATE(at::kFloat, at::kBFloat16);
+  const auto state_dtype = GENERATE(at::kFloat, at::kBFloat16);
+  INFO("grad " << c10::toString(grad_dtype) << ", moments " << c10::toString(state_dtype));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto start = at::randn({70001}, gen);
+  auto pa = start.clone().requires_grad_(), pb = start.clone().requires_grad_();
+  auto options = torch::optim::AdamWOptions(3e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1);
+  train::FusedAdamW first(std::vector<at::Tensor>{pa}, options), read(std::vector<at::Tensor>{pb}, options);
+  first.set_state_dtype(state_dtype);
+  read.set_state_dtype(state_dtype);
+  const double factor = 0.3137;  // not a power of two: every product is rounded
+  for (int s = 0; s < 3; ++s) {
+    // A gradient with large and tiny values, so that the scaled bf16 values round.
+    auto g = (at::randn({70001}, gen) * at::exp(at::randn({70001}, gen) * 4)).to(grad_dtype);
+    pa.mutable_grad() = g.clone();
+    pb.mutable_grad() = g.clone();
+    accumulate::scale_tensor_(pa.mutable_grad(), factor);
+    first.step();
+    if (s < 2) read.scale_next_gradients(factor);
+    else accumulate::scale_tensor_(pb.mutable_grad(), factor);  // step 3: the factor of step 2 must not linger
+    read.step();
+    CHECK(at::equal(pb.grad(), s < 2 ? g : pa.grad()));  // the gradient itself is left as it was
+    CHECK(at::equal(pa.detach(), pb.detach()));
+    auto& sa = static_cast<torch::optim::AdamWParamState&>(*first.state().at(util::optimizer_state_key(pa)));
+    auto& sb = static_cast<torch::optim::AdamWParamState&>(*read.state().at(util::optimizer_state_key(pb)));
+    CHECK(at::equal(sa.exp_avg(), sb.exp_avg()));
+    CHECK(at::equal(sa.exp_avg_sq(), sb.exp_avg_sq()));
+  }
+  CHECK(!at::equal(pa.detach(), start));
 }

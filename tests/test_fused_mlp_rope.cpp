@@ -231,6 +231,28 @@ TEST_CASE("rope with positions rotates each token by its own position's row, for
   CHECK(same_values(x.grad(), x_ref.grad()));
 }
 
+TEST_CASE("rope's backward reads a gradient laid out as x ([B,T,H,D], transposed) where it lies, same bits",
+          "[fused]") {
+  // SDPA's backward hands q's and k's gradients as transposed views of [B,T,H,D]; the kernel reads them in place
+  // instead of copying them to [B,H,T,D] first. Either layout must give the same gradient, bit for bit.
+  auto c = rope_case(2, 13, 3, 8, 14);
+  auto pos = at::arange(13, at::kLong).flip(0).repeat({2, 1});  // and with a gathered table
+  for (auto dtype : {at::kFloat, at::kBFloat16})
+    for (bool positions : {false, true}) {
+      INFO(c10::toString(dtype) << ", positions " << positions);
+      auto g = c.grad_out.to(dtype).transpose(1, 2).contiguous().transpose(1, 2);  // [B,H,T,D] view of [B,T,H,D]
+      REQUIRE_FALSE(g.is_contiguous());
+      auto grad_of = [&](const at::Tensor& grad_out) {
+        auto x = c.x.to(dtype).clone().requires_grad_(true);  // a fresh leaf per call
+        auto out = positions ? model::rope(x, c.cos.to(dtype), c.sin.to(dtype), 0.125, pos)
+                             : model::rope(x, c.cos.to(dtype), c.sin.to(dtype), 0.125);
+        out.backward(grad_out);
+        return x.grad();
+      };
+      CHECK(same_values(grad_of(g), grad_of(g.contiguous())));
+    }
+}
+
 TEST_CASE("rope gives the same bits with 1 and 2 threads", "[fused]") {
   auto c = rope_case(3, 67, 5, 22, 10);  // 1005 rows: several blocks
   for (auto dtype : {at::kFloat, at::kBFloat16}) {

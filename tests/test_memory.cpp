@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include <unistd.h>
@@ -209,8 +210,13 @@ TEST_CASE("a bfloat16 shadow tree peaks below naive fp32 accumulation by 2 bytes
 
 TEST_CASE("hoist_weight_cast gives bit-identical gradients and training, and holds 2 bytes/param of bf16 weights",
           "[memory][hoist]") {
+  // Under LoRA the fp32 base is frozen: its casts are hoisted too, once per step instead of in each microbatch's
+  // forward and again in its backward.
+  const bool lora = GENERATE(false, true);
+  INFO("lora " << lora);
   auto c = tiny_config();
   c.dtype = config::ComputeDtype::bfloat16;  // fp32 master weights, bf16 compute: the case hoisting is for
+  if (lora) c.lora_rank = 4;
   c.gradient_accumulation_steps = 4;
   c.per_device_batch_size = 1;
   c.hoist_weight_cast = false;
@@ -240,10 +246,14 @@ TEST_CASE("hoist_weight_cast gives bit-identical gradients and training, and hol
   for (size_t i = 0; i < pa.size(); ++i) CHECK(at::equal(pa[i], pb[i]));
 
   // Memory: between microbatches the hoisted model holds a bf16 copy of every matmul weight (all
-  // 2-D parameters but the embedding, whose rows are gathered before the cast).
+  // 2-D parameters but the embedding, whose rows are gathered before the cast), and under LoRA of the frozen ones
+  // (the 2-D buffers but the embedding and the RoPE and mask tables).
   int64_t expected = 0;
   for (const auto& item : hoist.model()->named_parameters())
     if (item.value().dim() == 2 && item.key() != "embedding") expected += 2 * item.value().numel();
+  const std::set<std::string> tables = {"embedding", "rope_cos", "rope_sin", "causal_mask"};
+  for (const auto& item : hoist.model()->named_buffers())
+    if (item.value().dim() == 2 && !tables.count(item.key())) expected += 2 * item.value().numel();
   auto& mem = tracker();
   auto mb = source->examples(9, 0, 1);
   auto held_after_one_microbatch = [&](train::TrainStep& step) {

@@ -310,9 +310,14 @@ void ShadowAccumulator::scale_(double factor) {
   for (auto& s : state_->shadows) scale_tensor_(s, factor);  // fp32 math, rounded once per element
 }
 
+double ShadowAccumulator::clip_factor(double norm, double max_norm) {
+  return max_norm > 0 && std::isfinite(norm) && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
 double ShadowAccumulator::clip_global_norm_(double max_norm) {
-  double norm = global_norm();
-  if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) scale_(max_norm / (norm + 1e-6));
+  const double norm = global_norm();
+  const double factor = clip_factor(norm, max_norm);
+  if (factor != 1.0) scale_(factor);
   return norm;
 }
 

@@ -110,6 +110,10 @@ class ShadowAccumulator {
   void scale_(double factor);
   // If `max_norm` > 0 and the norm exceeds it, scales to max_norm. Returns the norm before clipping.
   double clip_global_norm_(double max_norm);
+  // The factor clip_global_norm_ scales by for a tree of this norm: max_norm / (norm + 1e-6) when max_norm > 0 and
+  // the norm is finite and above it, else 1. An optimizer that scales as it reads (train::FusedAdamW) takes it
+  // instead of a scale_() pass.
+  static double clip_factor(double norm, double max_norm);
 
   // Lends the shadow tree to `optimizer` as .grad, runs one step, then zeroes the shadow and unsets .grad.
   void step(torch::optim::Optimizer& optimizer);

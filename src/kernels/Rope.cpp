@@ -50,7 +50,7 @@ __attribute__((always_inline)) inline void backward_rows(const T* __restrict gra
   const int64_t D = s.head_dim, half = D / 2;
   for (int64_t r = begin; r < end; ++r) {
     const int64_t t = table_row(r, s);
-    const T* gy = grad_y + transposed_row(r, s) * D;
+    const T* gy = grad_y + (s.grad_y_in_x_order ? r : transposed_row(r, s)) * D;
     const T *c = cos + t * D, *sn = sin + t * D;
     T* gx = grad_x + r * D;
     for (int64_t d = 0; d < half; ++d) {

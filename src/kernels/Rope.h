@@ -19,6 +19,9 @@ namespace shadowgrad::kernels {
 struct RopeShape {
   int64_t batch, length, heads, head_dim;  // head_dim even
   const int64_t* positions = nullptr;      // [batch, length] table rows, or null: row t for position t
+  // rope_backward: grad_y stored in x's [B,T,H,D] order (as SDPA's backward hands it, a transposed view), not
+  // [B,H,T,D]: read where it lies, with no contiguous copy first.
+  bool grad_y_in_x_order = false;
 };
 
 void rope_forward(const float* x, const float* cos, const float* sin, float* y, RopeShape shape, float scale);

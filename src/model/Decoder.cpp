@@ -141,16 +141,30 @@ torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
   // Hoisting caches the cast of a parameter (a leaf), built with grad enabled so that every
   // microbatch's graph shares its cast node: each backward delivers its own gradient through it, as
   // separate casts would. Under no_grad, or for non-leaves, cast afresh.
-  // A frozen (LoRA base) tensor is never cached: a bf16 base would otherwise be held again in fp32 for the step.
   if (!options_.hoist_weight_cast || !weight.is_leaf() || !weight.requires_grad()) return cast(weight);
+  return cached(weight, [this](const torch::Tensor& w) { return cast(w); });
+}
+
+torch::Tensor DecoderImpl::frozen(const torch::Tensor& weight) const {
+  // Only a narrowing cast is cached (an fp32 base under bf16 compute: 2 bytes a parameter more for the step, as a
+  // trained weight's hoisted cast): a bf16 base under fp32 compute would be held again in 4 bytes, so the frozen
+  // nodes cast it per use instead, forward and backward.
+  if (!weight.defined() || weight.scalar_type() == options_.compute_dtype || !options_.hoist_weight_cast ||
+      weight.requires_grad() || int64_t(c10::elementSize(options_.compute_dtype)) >= int64_t(weight.element_size()))
+    return weight;
+  return cached(weight, [this](const torch::Tensor& w) { return w.to(options_.compute_dtype); });
+}
+
+torch::Tensor DecoderImpl::cached(const torch::Tensor& weight,
+                                  const std::function<torch::Tensor(const torch::Tensor&)>& make) const {
   if (!at::GradMode::is_enabled()) {
     // A rematerialised block's forward runs under no_grad: it may read a valid cached cast, but never fills one.
     auto it = weight_cache_.find(weight.unsafeGetTensorImpl());
-    return it != weight_cache_.end() && it->second.version == weight._version() ? it->second.cast : cast(weight);
+    return it != weight_cache_.end() && it->second.version == weight._version() ? it->second.cast : make(weight);
   }
   CachedCast& entry = weight_cache_[weight.unsafeGetTensorImpl()];
   if (!entry.cast.defined() || entry.version != weight._version()) {
-    entry = {cast(weight), weight._version()};
+    entry = {make(weight), weight._version()};
     int64_t bytes = 0;
     for (const auto& [impl, cached] : weight_cache_) bytes += cached.cast.numel() * int64_t(cached.cast.element_size());
     weight_cache_high_ = std::max(weight_cache_high_, bytes);
@@ -195,14 +209,14 @@ std::vector<torch::Tensor> DecoderImpl::project(const Block& b, std::initializer
   // The adapters in the compute dtype: compute() casts each once per step (hoist_weight_cast), fp32 ones not at all.
   std::vector<AdaptedProjection> adapters;
   for (Projection p : ps)
-    adapters.push_back({b.weight(p), b.bias(p), compute(b.lora[int(p)].a), compute(b.lora[int(p)].b)});
+    adapters.push_back({frozen(b.weight(p)), frozen(b.bias(p)), compute(b.lora[int(p)].a), compute(b.lora[int(p)].b)});
   return adapted_linear(x, adapters, options_.lora.scale);
 }
 
 torch::Tensor DecoderImpl::project(const Block& b, Projection p, const torch::Tensor& x) const {
   const torch::Tensor &weight = b.weight(p), &bias = b.bias(p);
   if (adapted(b, p)) return project(b, {p}, x)[0];
-  torch::Tensor y = !weight.requires_grad() ? frozen_linear(x, weight, bias)
+  torch::Tensor y = !weight.requires_grad() ? frozen_linear(x, frozen(weight), frozen(bias))
                     : bias.defined()        ? at::linear(x, compute(weight), compute(bias))
                                             : at::linear(x, compute(weight));
   const Adapter& adapter = b.lora[int(p)];
@@ -372,11 +386,12 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens, const torch::Ten
   return logits(hidden(tokens, segments, positions));
 }
 
-// A frozen output (or tied embedding) goes as stored: a cast copy of the [V, E] matrix would live until backward.
-torch::Tensor DecoderImpl::output_weight() const { return output_.requires_grad() ? compute(output_) : output_; }
+// A frozen output (or tied embedding) goes as stored, or as the step's hoisted narrowing cast (frozen()): never a
+// widened copy of the [V, E] matrix living until backward.
+torch::Tensor DecoderImpl::output_weight() const { return output_.requires_grad() ? compute(output_) : frozen(output_); }
 
 torch::Tensor DecoderImpl::logits(const torch::Tensor& hidden) const {
-  return output_.requires_grad() ? at::linear(hidden, compute(output_)) : frozen_linear(hidden, output_, {});
+  return output_.requires_grad() ? at::linear(hidden, compute(output_)) : frozen_linear(hidden, frozen(output_), {});
 }
 
 torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, const torch::Tensor& segments,

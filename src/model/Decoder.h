@@ -60,7 +60,8 @@ class DecoderImpl : public torch::nn::Module {
                         const torch::Tensor& positions = {});
   // The final-normed hidden states [B,T,E] (compute dtype) and the output projection [V,E]: in the compute dtype, or
   // when it is frozen (a LoRA base) the stored tensor itself, in weight_dtype, so that a bf16 base is never held again
-  // in fp32 (frozen_linear and train::linear_token_loss_sum cast it per use). forward(tokens) ==
+  // in fp32 (frozen_linear and train::linear_token_loss_sum cast it per use); an fp32 base under bf16 compute comes
+  // as the step's hoisted bf16 cast (hoist_weight_cast). forward(tokens) ==
   // logits(hidden(tokens)) == at::linear(hidden(tokens), output_weight()) when the dtypes agree. The trainer feeds both
   // to train::linear_token_loss_sum, which never builds fp32 logits for the whole microbatch.
   torch::Tensor hidden(const torch::Tensor& tokens, const torch::Tensor& segments = {},
@@ -117,7 +118,7 @@ class DecoderImpl : public torch::nn::Module {
   // grad mode of the others' forwards (a unit kept for a backward must be kept here too).
   void pass_units();
 
-  // hoist_weight_cast: drops the cached compute-dtype weights (call after the last microbatch's
+  // hoist_weight_cast: drops the cached compute-dtype weights, trained and frozen (call after the last microbatch's
   // backward); the next forward casts again. A cached cast is also recast if its weight changed.
   void clear_weight_cache() { weight_cache_.clear(); }
   // The most bytes the weight cache has held (0 without hoist_weight_cast).
@@ -171,6 +172,12 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& positions) const;
   torch::Tensor block_norm(const torch::Tensor& x, const torch::Tensor& weight) const;  // rms_norm, remat'd by minimal
   torch::Tensor compute(const torch::Tensor& weight) const;
+  // A frozen base tensor (LoRA) as the frozen nodes take it: the stored tensor, or, under hoist_weight_cast when the
+  // compute dtype is narrower (an fp32 base, bf16 compute), its cast cached for the step, so that each weight is cast
+  // once per step and not in every microbatch's forward and again in its backward.
+  torch::Tensor frozen(const torch::Tensor& weight) const;
+  // weight_cache_'s entry for `weight`, made by `make` when missing or stale (filled only with grad enabled).
+  torch::Tensor cached(const torch::Tensor& weight, const std::function<torch::Tensor(const torch::Tensor&)>& make) const;
   // Projection p of block b: at::linear(x, weight, bias) in the compute dtype (a frozen weight through
   // frozen_linear), plus the LoRA branch where p has one.
   torch::Tensor project(const Block& b, Projection p, const torch::Tensor& x) const;

@@ -44,10 +44,13 @@ struct RopeFunction : torch::autograd::Function<RopeFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &c = saved[0], &s = saved[1];
     const float scale = float(ctx->saved_data["scale"].toDouble());
-    const auto gy = grads[0].to(c.scalar_type()).contiguous();  // [B,H,T,D]
+    // [B,H,T,D]; SDPA's backward hands a transposed view of [B,T,H,D], which the kernel reads as it lies.
+    const auto g = grads[0].to(c.scalar_type());
+    const bool in_x_order = !g.is_contiguous() && g.transpose(1, 2).is_contiguous();
+    const auto gy = in_x_order ? g : g.contiguous();
     const at::Tensor p = ctx->saved_data.count("positions") ? ctx->saved_data["positions"].toTensor() : at::Tensor();
     const kernels::RopeShape shape{gy.size(0), gy.size(2), gy.size(1), gy.size(3),
-                                   p.defined() ? p.data_ptr<int64_t>() : nullptr};
+                                   p.defined() ? p.data_ptr<int64_t>() : nullptr, in_x_order};
     auto gx = at::empty({shape.batch, shape.length, shape.heads, shape.head_dim}, gy.options());
     if (gy.scalar_type() == at::kFloat)
       kernels::rope_backward(gy.data_ptr<float>(), c.data_ptr<float>(), s.data_ptr<float>(), gx.data_ptr<float>(),

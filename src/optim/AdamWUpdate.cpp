@@ -68,6 +68,37 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_bf16_bf1
   SG_ADAMW_LOOP_BF16_STATE(bf16_to_float(grad[i]))
 }
 
+// The same loops with the gradient scaled as read (AdamWStep::grad_scale): an fp32 product, rounded to bf16 again
+// for a bf16 gradient, as accumulate::scale_tensor_ computes it in place.
+#define SG_SCALED_F32 grad[i] * c.grad_scale
+#define SG_SCALED_BF16 bf16_to_float(accumulate::bf16_round_nearest(bf16_to_float(grad[i]) * c.grad_scale))
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_f32_scaled(
+    float* __restrict p, const float* __restrict grad, float* __restrict m, float* __restrict v, int64_t n,
+    AdamWStep c) {
+  SG_ADAMW_LOOP(SG_SCALED_F32)
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_bf16_scaled(
+    float* __restrict p, const uint16_t* __restrict grad, float* __restrict m, float* __restrict v, int64_t n,
+    AdamWStep c) {
+  SG_ADAMW_LOOP(SG_SCALED_BF16)
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_f32_bf16_state_scaled(
+    float* __restrict p, const float* __restrict grad, uint16_t* __restrict m, uint16_t* __restrict v, int64_t n,
+    AdamWStep c, int64_t offset, uint64_t key_m, uint64_t key_v) {
+  SG_ADAMW_LOOP_BF16_STATE(SG_SCALED_F32)
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_bf16_bf16_state_scaled(
+    float* __restrict p, const uint16_t* __restrict grad, uint16_t* __restrict m, uint16_t* __restrict v, int64_t n,
+    AdamWStep c, int64_t offset, uint64_t key_m, uint64_t key_v) {
+  SG_ADAMW_LOOP_BF16_STATE(SG_SCALED_BF16)
+}
+
+#undef SG_SCALED_F32
+#undef SG_SCALED_BF16
 #undef SG_ADAMW_LOOP
 #undef SG_ADAMW_LOOP_BF16_STATE
 
@@ -83,12 +114,13 @@ bool moment_ok(const at::Tensor& moment, const at::Tensor& p) {
 
 } // namespace
 
-AdamWStep AdamWStep::make(double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step) {
+AdamWStep AdamWStep::make(double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
+                          double grad_scale) {
   const double bias_correction1 = 1 - std::pow(beta1, double(step));
   const double bias_correction2 = 1 - std::pow(beta2, double(step));
   return AdamWStep{float(1 - lr * weight_decay), float(beta1),      float(1 - beta1),
                    float(beta2),                 float(1 - beta2),  float(std::sqrt(bias_correction2)),
-                   float(eps),                   float(lr / bias_correction1)};
+                   float(eps),                   float(lr / bias_correction1), float(grad_scale)};
 }
 
 bool adamw_fusable(const at::Tensor& p, const at::Tensor& grad, const at::Tensor& exp_avg,
@@ -112,16 +144,20 @@ void adamw_update_(const at::Tensor& p, const at::Tensor& grad, const at::Tensor
   float* pp = p.data_ptr<float>();
   const bool bf16_grad = grad.scalar_type() == at::kBFloat16;
   const void* g = grad.data_ptr();
+  const bool scaled = c.grad_scale != 1.0f;  // the unscaled loops stay as they were, multiply and all
   if (exp_avg.scalar_type() == at::kBFloat16) {
     auto* m = static_cast<uint16_t*>(exp_avg.data_ptr());
     auto* v = static_cast<uint16_t*>(exp_avg_sq.data_ptr());
     at::parallel_for(0, p.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      const auto* g16 = static_cast<const uint16_t*>(g) + begin;
+      const auto* g32 = static_cast<const float*>(g) + begin;
+      const int64_t n = end - begin;
       if (bf16_grad)
-        adamw_bf16_bf16_state(pp + begin, static_cast<const uint16_t*>(g) + begin, m + begin, v + begin,
-                              end - begin, c, begin, key_m, key_v);
+        (scaled ? adamw_bf16_bf16_state_scaled : adamw_bf16_bf16_state)(pp + begin, g16, m + begin, v + begin, n, c,
+                                                                         begin, key_m, key_v);
       else
-        adamw_f32_bf16_state(pp + begin, static_cast<const float*>(g) + begin, m + begin, v + begin, end - begin, c,
-                             begin, key_m, key_v);
+        (scaled ? adamw_f32_bf16_state_scaled : adamw_f32_bf16_state)(pp + begin, g32, m + begin, v + begin, n, c,
+                                                                       begin, key_m, key_v);
     });
     return;
   }
@@ -129,9 +165,11 @@ void adamw_update_(const at::Tensor& p, const at::Tensor& grad, const at::Tensor
   float* v = exp_avg_sq.data_ptr<float>();
   at::parallel_for(0, p.numel(), kGrain, [&](int64_t begin, int64_t end) {
     if (bf16_grad)
-      adamw_bf16(pp + begin, static_cast<const uint16_t*>(g) + begin, m + begin, v + begin, end - begin, c);
+      (scaled ? adamw_bf16_scaled : adamw_bf16)(pp + begin, static_cast<const uint16_t*>(g) + begin, m + begin,
+                                                v + begin, end - begin, c);
     else
-      adamw_f32(pp + begin, static_cast<const float*>(g) + begin, m + begin, v + begin, end - begin, c);
+      (scaled ? adamw_f32_scaled : adamw_f32)(pp + begin, static_cast<const float*>(g) + begin, m + begin, v + begin,
+                                              end - begin, c);
   });
 }
 

@@ -18,9 +18,13 @@
 namespace shadowgrad::optim {
 
 // The scalars of one step, computed in double as torch.optim.AdamW computes them, then rounded to float.
+// grad_scale (the clip factor; 1: none) multiplies each gradient element as it is read, rounded into the gradient's
+// dtype as accumulate::scale_tensor_ rounds it: the same update as scaling the gradient first, without that pass.
 struct AdamWStep {
   float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, sqrt_bias_correction2, eps, step_size;
-  static AdamWStep make(double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step);
+  float grad_scale = 1.0f;
+  static AdamWStep make(double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step,
+                        double grad_scale = 1.0);
 };
 
 // Whether adamw_update_ takes these tensors: p fp32, contiguous, on the CPU; grad strided, contiguous, fp32 or

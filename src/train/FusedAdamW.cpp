@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/string_utils.h>
 
+#include "accumulate/Scale.h"
 #include "accumulate/StochasticRounding.h"
 #include "optim/AdamWUpdate.h"
 #include "util/OptimizerStateKey.h"
@@ -29,6 +30,8 @@ bool fusable(const at::Tensor& p, const at::Tensor& grad, const torch::optim::Ad
 
 at::Tensor FusedAdamW::step(LossClosure closure) {
   at::NoGradGuard no_grad;
+  const double grad_scale = grad_scale_;
+  grad_scale_ = 1.0;
   at::Tensor loss;
   if (closure) {
     at::AutoGradMode enable_grad(true);
@@ -43,6 +46,10 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
         if (state_dtype_ != at::kFloat)
           throw std::invalid_argument("FusedAdamW: bf16 moments (adam_state_dtype=bfloat16) need fp32 contiguous CPU "
                                       "parameters with an fp32 or bf16 gradient, and amsgrad off");
+        if (grad_scale != 1.0)
+          for (auto& g : param_groups_)
+            for (auto& q : g.params())
+              if (q.grad().defined()) accumulate::scale_tensor_(q.mutable_grad(), grad_scale);
         torch::optim::AdamW::step();
         return loss;
       }
@@ -69,7 +76,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       state.exp_avg(in_dtype(state.exp_avg(), state_dtype_));
       state.exp_avg_sq(in_dtype(state.exp_avg_sq(), state_dtype_));
       state.step(state.step() + 1);
-      const auto c = optim::AdamWStep::make(o.lr(), beta1, beta2, o.eps(), o.weight_decay(), state.step());
+      const auto c = optim::AdamWStep::make(o.lr(), beta1, beta2, o.eps(), o.weight_decay(), state.step(), grad_scale);
       uint64_t key_m = 0, key_v = 0;
       if (state_dtype_ == at::kBFloat16) {
         key_m = accumulate::rounding_key(kMomentRoundingSeed, {uint64_t(state.step()), param_position, 1});

@@ -27,8 +27,14 @@ class FusedAdamW : public torch::optim::AdamW {
   // State loaded in another dtype is converted at the next step. Only the fused path supports it.
   void set_state_dtype(c10::ScalarType dtype) { state_dtype_ = dtype; }
 
+  // The next step() reads every gradient multiplied by `factor` (gradient clipping's), rounded into the gradient's
+  // dtype, as accumulate::scale_tensor_ would have left it: the same update, bit for bit, without a pass over the
+  // gradients of its own. The gradients themselves are not changed. Applies to one step.
+  void scale_next_gradients(double factor) { grad_scale_ = factor; }
+
  private:
   c10::ScalarType state_dtype_ = at::kFloat;
+  double grad_scale_ = 1.0;
 };
 
 } // namespace shadowgrad::train

@@ -125,7 +125,7 @@ memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world
   const model::DecoderOptions o = model::DecoderOptions::from_config(cfg);
   const model::WeightCount n = model::count_weights(o);
   const bool lora = o.lora.enabled();
-  // A LoRA run trains its fp32 adapters; the base, frozen, has no shadow, no optimizer state and no cached cast.
+  // A LoRA run trains its fp32 adapters; the base, frozen, has no shadow and no optimizer state.
   const int64_t trained = lora ? n.adapters : n.base;
   const auto trained_dtype = lora ? c10::kFloat : o.weight_dtype;
   memory::Footprint f;
@@ -148,6 +148,10 @@ memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world
   const int64_t compute_size = int64_t(c10::elementSize(o.compute_dtype));
   if (o.hoist_weight_cast && o.compute_dtype != trained_dtype)
     f.weight_casts = sat_mul(trained - (lora ? 0 : n.never_cast), compute_size);
+  // The frozen base's casts are hoisted too where they narrow (an fp32 base under bf16 compute: model::DecoderImpl's
+  // frozen()): every base tensor but the norms and an untied embedding, gathered by row.
+  if (lora && o.hoist_weight_cast && compute_size < int64_t(c10::elementSize(o.weight_dtype)))
+    f.weight_casts = sat_add(f.weight_casts, sat_mul(n.base - n.never_cast, compute_size));
   // Rows of max_target_length a microbatch holds at most: a preference pair is two sequences.
   const int64_t rows = (cfg.per_device_batch_size == config::kAuto ? 1 : cfg.per_device_batch_size) *
                        (cfg.dataset_type == config::DatasetType::preference ? 2 : 1);

@@ -18,6 +18,7 @@
 #include "distributed/ParameterShards.h"
 #include "distributed/ShardedOptimizer.h"
 #include "model/DecoderOptions.h"
+#include "train/FusedAdamW.h"
 #include "train/OptimizerFactory.h"
 #include "train/TokenLoss.h"
 
@@ -343,7 +344,8 @@ StepStats TrainStep::run(int64_t step, const StepBatch& batch) {
     s.noise = noise_->update(sums.noise.folded_sq, sums.noise.micro_tokens, sums.noise.big_sq, sums.tokens);
     s.grad_sq_norm_global_fp32 = sums.noise.big_sq_fp32;
   }
-  s.grad_norm = accumulator_->clip_global_norm_(options_.clip_threshold);
+  s.grad_norm = accumulator_->global_norm();
+  const double clip = accumulate::ShadowAccumulator::clip_factor(s.grad_norm, options_.clip_threshold);
   s.lr = schedule_.of_step(step, batch.first_sequence, batch.global_batch) * batch.lr_factor;
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   // No target anywhere in the global batch (SFT rows that are all prompt): nothing to learn, and AdamW would still
@@ -356,6 +358,12 @@ StepStats TrainStep::run(int64_t step, const StepBatch& batch) {
     accumulator_->zero_();
   } else {
     set_learning_rate(*optimizer_, s.lr);
+    // Clipping: the fused AdamW scales each gradient as it reads it, the same bits without a pass of its own.
+    auto* fused = zero_ ? nullptr : dynamic_cast<FusedAdamW*>(optimizer_.get());
+    if (clip != 1.0 && fused)
+      fused->scale_next_gradients(clip);
+    else if (clip != 1.0)
+      accumulator_->scale_(clip);
     if (zero_)
       zero_->step(*accumulator_, *optimizer_);  // update this process's slice, then all-gather the parameters
     else
