@@ -9,7 +9,8 @@
 #       survivor's agent (A, which hosts the rendezvous) restarts it alone at WORLD_SIZE=1 with K doubled, and the run
 #       finishes with every step once, within 1e-5 of the 1-process run at every step;
 #   (c) prints the recovery time: from the cut to the survivor's first step after it (docs/distributed.md);
-#   (d) a ZeRO-2 run (shard_gradients_over_data) across the two namespaces matches 1 process within 1e-5.
+#   (d) a ZeRO-3 run with the carry sharded (shard_parameters_over_data, shard_gradients_over_data) across the two
+#       namespaces matches 1 process within 1e-5.
 # Needs root and a working `ip netns`; otherwise exits 77 (ctest: skipped). tc netem is not used (not available).
 # Cost: 2 torchrun agents (torch import) and about 4 trainer processes of the tiny model; the recovery itself waits
 # collective_timeout_s=4 and torch's fixed 15 s dead-node timeout: about 35 s.
@@ -122,20 +123,21 @@ out=$("$compare" "$runs/two_nodes" "$runs/alone" --metric loss --rtol 0 --atol 1
   { echo "$out"; fail "the two-node run (shrunk to one after step $at) differs from 1 process by more than 1e-5"; }
 echo "parity: $(echo "$out" | tail -1)"
 
-echo "== (d) sharded gradients (ZeRO-2) across the two namespaces: every loss within 1e-5 of 1 process"
+echo "== (d) sharded weights and gradients (ZeRO-3) across the two namespaces: every loss within 1e-5 of 1 process"
 args=("${tiny[@]}" steps=10 collective_timeout_s=20 global_batch_size=8)
 "$TRAINER" "${args[@]}" run_name=alone10 >"$tmp/alone10.log" 2>&1 || { cat "$tmp/alone10.log"; fail "the 1-process run failed"; }
-args+=(shard_optimizer_over_data=true shard_gradients_over_data=true grad_reduce_bucket_mb=0.01)
+args+=(shard_optimizer_over_data=true shard_gradients_over_data=true shard_parameters_over_data=true
+       grad_reduce_bucket_mb=0.01)
 ip -n "$ns_a" link set "$if_a" up || fail "cannot bring $if_a back up"  # (b) cut it
 port=$((20000 + RANDOM % 20000))
 run=zero2
 node b "$ns_b" "$addr_b" "$if_b" 0
 node a "$ns_a" "$addr_a" "$if_a" 1
-wait "$agent_a" && wait "$agent_b" || { cat "$tmp"/node_*_zero2.log; fail "the two-node ZeRO-2 run failed"; }
-grep -q 'x 2 processes' "$tmp/node_a_zero2.log" || fail "the ZeRO-2 run did not start as 2 processes"
+wait "$agent_a" && wait "$agent_b" || { cat "$tmp"/node_*_zero2.log; fail "the two-node ZeRO-3 run failed"; }
+grep -q 'x 2 processes' "$tmp/node_a_zero2.log" || fail "the ZeRO-3 run did not start as 2 processes"
 grep -q 'gradient reduction: sharded' "$tmp/node_a_zero2.log" || fail "node A did not log a sharded reduction"
 out=$("$compare" "$runs/zero2" "$runs/alone10" --metric loss --rtol 0 --atol 1e-5) ||
-  { echo "$out"; fail "the two-node ZeRO-2 run differs from 1 process by more than 1e-5"; }
-echo "parity (ZeRO-2, two namespaces): $(echo "$out" | tail -1)"
+  { echo "$out"; fail "the two-node ZeRO-3 run differs from 1 process by more than 1e-5"; }
+echo "parity (ZeRO-3, two namespaces): $(echo "$out" | tail -1)"
 echo "netns_test: PASS"
 rm -rf "$tmp"
