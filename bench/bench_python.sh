@@ -4,6 +4,7 @@
 # pairs; prints the Markdown tables of docs/python.md. Options go to bench/python_pairs.py, e.g.
 #   bench/bench_python.sh --pairs 5 --variants torch,fused --profile
 #   bench/bench_python.sh --pairs 5 --variants torch,fused --model resnet18 --pdbs 32
+#   bench/bench_python.sh --pairs 3 --dtype float32        # where bf16 is not native (AVX2): autocast bf16 crawls
 # Cost: builds the Python module if needed; about 1 min per pair and variant on 2 cores (far more under load).
 set -euo pipefail
 source "$(dirname "$0")/lib/args.sh"

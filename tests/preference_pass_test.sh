@@ -10,7 +10,7 @@
 #   - kill -9 during the pass: the same command starts the run again (exit 0), not "already exists" (exit 2);
 #   - eval switched off at a resume, and on (its reference from the starting weights, bitwise the file a run with eval
 #     from the start wrote); on, with other starting weights (init_weights_seed), exits 2 saying why;
-#   - a pair counts as two sequences: tokens_seen, the start and eval logs.
+#   - a pair counts as two sequences: tokens_seen, train_tokens and the LR schedule in tokens, the start and eval logs.
 # Cost: ~22 trainer runs of the tiny model (2 layers, 32 wide) of 1-6 steps, 4 of them on 2 processes: ~70 s on 2 cores.
 #
 # Usage: tests/preference_pass_test.sh TRAINER COMPARE_RUNS
@@ -67,11 +67,19 @@ done
   fail "the 12 train microbatches were not dealt 6 and 6 to the 2 processes"
 [[ $(field two 1 rewards_chosen) == 0.0 ]] || fail "2 processes: step 1's rewards are not 0 (a rank lacks the reference)"
 
-echo "== a pair is two sequences: tokens_seen, the start and eval logs"
+echo "== a pair is two sequences: tokens_seen, train_tokens, the start and eval logs"
 [[ $(field one 1 tokens_seen) == 128.0 ]] || fail "tokens_seen after 4 pairs of 16 tokens is $(field one 1 tokens_seen), not 128"
 grep -q "K=2 x 2 pairs (4 sequences) x 16 tokens x 1 processes = global batch 4 pairs" "$tmp/one.log" ||
   fail "the start line does not count pairs"
 grep -q "the 13 pairs of $tmp/val.pairs (7 batches of 2 pairs)" "$tmp/one.log" || fail "the eval line does not count pairs"
+# train_tokens=256 is 8 pairs of 2 x 16 tokens: 2 steps of 4 pairs, and the LR schedule in tokens ends there, so the
+# cosine (no warmup, final fraction 0) is at its midpoint on step 2 (a pair counted as one sequence: 4 steps, 0.85).
+run budget 0 10 "${std[@]}" train_tokens=256 warmup_steps_fraction=0 cosine_learning_rate_final_fraction=0
+steps_run=$(grep -c '"step"' "$runs/budget/metrics.jsonl")
+((steps_run == 2)) || fail "train_tokens=256 over pairs of 2 x 16 tokens ran $steps_run steps, not 2"
+[[ $(field budget 2 tokens_seen) == 256.0 ]] || fail "train_tokens=256: tokens_seen at step 2 is $(field budget 2 tokens_seen)"
+python3 -c 'import sys; sys.exit(abs(float(sys.argv[1]) - 0.25) > 1e-12)' "$(field budget 2 lr)" ||
+  fail "train_tokens=256: step 2's lr is $(field budget 2 lr), not 0.25 (half of 0.5: the cosine's midpoint)"
 
 echo "== Ctrl-C during the pass: exit 130 within the microbatch, what was scored kept; the same command continues it"
 held() {  # held NAME EXTRA...: the trainer started in the background, held after 2 microbatches of the pass

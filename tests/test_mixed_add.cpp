@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "accumulate/MixedAdd.h"
+#include "accumulate/SquaredNorm.h"
 
 using shadowgrad::accumulate::mixed_add_;
 using shadowgrad::accumulate::mixed_copy_;
@@ -26,6 +27,23 @@ TEST_CASE("mixed_copy_ of fp32 into bf16 equals copy_ bit for bit, specials incl
   CHECK(at::equal(got.isnan(), nan));
   CHECK(at::equal(got.view(at::kShort).masked_fill(nan, 0), want.view(at::kShort).masked_fill(nan, 0)));  // -0 too
   CHECK(got[2].view(at::kShort).item<int16_t>() == int16_t(0x7FC0));
+}
+
+TEST_CASE("mixed_copy_'s fused squared norm equals squared_norm's, and the copy is the same", "[accumulate][mixed_add]") {
+  // The first fold of a window measures the gradient in the copy's own pass; the noise scale reads the same bits.
+  at::manual_seed(6);
+  for (int64_t n : {int64_t{1000}, (int64_t{1} << 17) * 3 + 7}) {  // one norm block; several and a ragged tail
+    at::Tensor src = at::randn({n}).mul_(3);
+    for (auto dtype : {at::kBFloat16, at::kFloat}) {  // the direct loop, and copy_ with the norm apart
+      at::Tensor plain = at::empty_like(src, src.options().dtype(dtype)), fused = at::empty_like(plain);
+      mixed_copy_(plain, src);
+      double sq = -1;
+      mixed_copy_(fused, src, &sq);
+      CHECK(at::equal(fused, plain));
+      CHECK(sq == shadowgrad::accumulate::squared_norm(src));
+      CHECK(sq != shadowgrad::accumulate::squared_norm(src.narrow(0, 1, n - 1)));  // the comparison can fail
+    }
+  }
 }
 
 TEST_CASE("mixed_add_ equals add_ bit for bit across slice boundaries", "[accumulate][mixed_add]") {

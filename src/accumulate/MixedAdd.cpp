@@ -102,16 +102,16 @@ bool direct_float_to_bf16(const at::Tensor& dst, const at::Tensor& src) {
 
 } // namespace
 
-void mixed_copy_(at::Tensor& dst, const at::Tensor& src) {
+void mixed_copy_(at::Tensor& dst, const at::Tensor& src, double* src_sq_norm) {
   if (!direct_float_to_bf16(dst, src)) {
     dst.copy_(src);
+    if (src_sq_norm) *src_sq_norm = squared_norm(src);
     return;
   }
   auto* d = reinterpret_cast<uint16_t*>(dst.data_ptr<at::BFloat16>());
   const float* s = src.data_ptr<float>();
-  at::parallel_for(0, dst.numel(), kNormBlock, [&](int64_t begin, int64_t end) {
-    copy_float_into_bf16_bits(d + begin, s + begin, end - begin);
-  });
+  blocked(dst.numel(), s, src_sq_norm,
+          [&](int64_t begin, int64_t len) { copy_float_into_bf16_bits(d + begin, s + begin, len); });
 }
 
 void mixed_add_(at::Tensor& dst, const at::Tensor& src, double* src_sq_norm) {

@@ -20,6 +20,7 @@ void mixed_add_(at::Tensor& dst, const at::Tensor& src, double* src_sq_norm = nu
 // dst = src rounded into dst's dtype, bit for bit dst.copy_(src) except for a NaN's pattern (0x7FC0, c10::BFloat16's
 // and bf16_round_nearest's; 1.13's vectorised copy_ writes 0xFFFF). An fp32 src into a contiguous bf16 dst goes
 // through a loop of our own (the first fold of a window into a bf16 shadow), anything else through copy_.
-void mixed_copy_(at::Tensor& dst, const at::Tensor& src);
+// `src_sq_norm` as for mixed_add_: fused into that loop (one pass over src), measured apart after copy_ otherwise.
+void mixed_copy_(at::Tensor& dst, const at::Tensor& src, double* src_sq_norm = nullptr);
 
 } // namespace shadowgrad::accumulate

@@ -55,7 +55,8 @@ void ShadowState::fold_now(size_t i, const at::Tensor& grad, bool reduced) {
     const uint64_t key = next_key(i);
     loss += overwrite ? round_copy_(shadows[i], grad, key, rounding) : round_add_(shadows[i], grad, key, rounding);
   } else if (overwrite) {
-    mixed_copy_(shadows[i], grad);  // == 0 + grad rounded once into grad_dtype (up to the sign of a zero)
+    mixed_copy_(shadows[i], grad, measure ? &sq : nullptr);  // == 0 + grad rounded once (up to the sign of a zero)
+    measured = true;
   } else {
     mixed_add_(shadows[i], grad, measure ? &sq : nullptr);  // fp32 math, rounded once into grad_dtype
     measured = true;

@@ -35,8 +35,15 @@ struct Config {
 
   // Examples in one global batch on one process: per_device_batch_size x gradient_accumulation_steps.
   int64_t local_batch() const { return per_device_batch_size * gradient_accumulation_steps; }
-  // train_tokens in whole sequences (rounded up); 0: no token budget.
-  int64_t train_sequences() const { return train_tokens > 0 ? (train_tokens + max_target_length - 1) / max_target_length : 0; }
+  // Training positions one example holds (what tokens_seen, train_tokens and schedules in tokens count):
+  // max_target_length, twice for a preference pair, which is two sequences.
+  int64_t tokens_per_example() const {
+    return max_target_length * (dataset_type == DatasetType::preference ? 2 : 1);
+  }
+  // train_tokens in whole examples (sequences; pairs for dataset_type=preference), rounded up; 0: no token budget.
+  int64_t train_examples() const {
+    return train_tokens > 0 ? (train_tokens + tokens_per_example() - 1) / tokens_per_example() : 0;
+  }
   int64_t schedule_steps() const { return learning_rate_schedule_steps < 0 ? steps : learning_rate_schedule_steps; }
 };
 

@@ -18,7 +18,7 @@ BatchPolicyOptions BatchPolicyOptions::from_config(const config::Config& c, int6
   o.margin = c.gns_batch_margin;
   o.min_steps_between_changes = c.gns_min_steps_between_changes;
   o.settle_updates = std::max<int64_t>(1, std::llround(1.0 / (1.0 - c.gns_ema_decay)));
-  o.tokens_per_sequence = c.max_target_length;
+  o.tokens_per_sequence = c.tokens_per_example();
   o.lr_scaling = c.batch_size_lr_scaling;
   o.max_lr_factor = c.batch_size_lr_max > 0 && c.learning_rate > 0 ? c.batch_size_lr_max / c.learning_rate : 0;
   return o;

@@ -34,7 +34,7 @@ struct BatchPolicyOptions {
   double margin = 8;                   // gns: double once gns_tokens > margin x the batch in tokens
   int64_t min_steps_between_changes = 50;  // (both as ConfigKeys.def's defaults)
   int64_t settle_updates = 20;         // gns: EMA updates before the estimate is trusted: 1 / (1 - gns_ema_decay)
-  int64_t tokens_per_sequence = 128;   // max_target_length: schedule points count sequences x this
+  int64_t tokens_per_sequence = 128;   // max_target_length (x 2 for pairs): schedule points count examples x this
   config::BatchLrScaling lr_scaling = config::BatchLrScaling::sqrt;
   double max_lr_factor = 0;            // batch_size_lr_max / learning_rate; 0: no cap
 

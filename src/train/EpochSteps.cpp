@@ -38,9 +38,9 @@ void derive_steps_from_epochs(config::Config& cfg, const data::DataSource& sourc
                                   cfg.dataset_type));
   if (!cfg.batch_size_schedule.empty() || cfg.batch_size_policy != config::BatchSizePolicy::none)
     throw ConfigError(fmt::format("{} with a global batch that changes (batch_size_schedule, batch_size_policy): give "
-                                  "train_tokens={} instead ({} {} x max_target_length={})",
-                                  asked, examples * cfg.max_target_length, examples, unit_of(cfg.dataset_type),
-                                  cfg.max_target_length));
+                                  "train_tokens={} instead ({} {} x {} tokens)",
+                                  asked, examples * cfg.tokens_per_example(), examples, unit_of(cfg.dataset_type),
+                                  cfg.tokens_per_example()));
   const int64_t batch = cfg.global_batch_size > 0 ? cfg.global_batch_size : config::global_batch(cfg, world);
   cfg.steps = std::max<int64_t>(1, (examples + batch - 1) / batch);
   const int64_t spill = cfg.steps * batch - examples;

@@ -17,7 +17,7 @@ namespace shadowgrad::train {
 Evaluator::Evaluator(const config::Config& c, int world_size)
     : source_(data::make_eval_source(data::DataOptions::from_config(c))), interval_(c.eval_interval),
       interval_sequences_(c.eval_interval_sequences), last_step_(c.steps),
-      last_sequences_(c.train_sequences()),
+      last_sequences_(c.train_examples()),
       batch_(c.eval_per_device_batch_size > 0 ? c.eval_per_device_batch_size : c.per_device_batch_size),
       world_(world_size), loss_chunk_tokens_(c.loss_chunk_tokens),
       fused_kernels_(c.fused_kernels), preference_(PreferenceOptions::from_config(c)), samples_(c) {

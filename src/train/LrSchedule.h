@@ -29,7 +29,7 @@ struct LrScheduleOptions {
   config::LrScheduleType type = config::LrScheduleType::cosine;
   double decay_fraction = 0.1;  // wsd: the last part of the schedule over which the LR decays
   config::WsdDecayStyle decay_style = config::WsdDecayStyle::linear;
-  int64_t tokens_per_sequence = 1;  // unit tokens: a step of B sequences trains B x this (max_target_length)
+  int64_t tokens_per_sequence = 1;  // unit tokens: a step of B examples trains B x this (max_target_length, x 2 for pairs)
 };
 
 class LrSchedule {

@@ -182,10 +182,9 @@ class StepLoop {
   // metrics.jsonl's line for the step (with eval_loss when it evaluated) and the console's.
   void report(int64_t s, const StepStats& st, int64_t peak, bool evaluated, double eval_s, double samples_s) {
     JsonNumbers fields = step_metrics(st, peak, start_.state.skipped_steps);
-    // tokens_seen: training positions so far (sequences x max_target_length), what batch_size_schedule counts; a
-    // preference pair is two sequences.
-    const int64_t per_example = cfg_.dataset_type == config::DatasetType::preference ? 2 : 1;
-    fields.push_back({"tokens_seen", double(per_example * policy_.state().sequences * cfg_.max_target_length)});
+    // tokens_seen: training positions so far (examples x max_target_length, a preference pair being two sequences),
+    // what train_tokens and batch_size_schedule count.
+    fields.push_back({"tokens_seen", double(policy_.state().sequences * cfg_.tokens_per_example())});
     if (evaluated) fields.insert(fields.end(), {{"eval_loss", summary_.eval_loss}, {"eval_s", eval_s}});
     if (evaluated && evaluator_.last_preference())
       for (const auto& field : evaluator_.last_preference()->metrics("eval_")) fields.push_back(field);
@@ -261,7 +260,7 @@ class StepLoop {
   RunSummary summary_;
   const int64_t earlier_steps_;  // steps done before this process started (resumed from the checkpoint)
   int64_t total_tokens_ = 0;
-  const int64_t budget_ = cfg_.train_sequences();  // train_tokens in sequences; 0: the run is `steps` long
+  const int64_t budget_ = cfg_.train_examples();  // train_tokens in examples (pairs); 0: the run is `steps` long
 };
 
 } // namespace

@@ -23,7 +23,7 @@ StepOptions StepOptions::from_config(const config::Config& c) {
   const bool batch_changes = !c.batch_size_schedule.empty() || c.batch_size_policy != config::BatchSizePolicy::none;
   if (batch_changes || c.train_tokens > 0) o.lr.unit = LrUnit::tokens;
   if (c.train_tokens > 0 && c.learning_rate_schedule_steps < 0) o.lr_tokens = c.train_tokens;
-  o.lr.tokens_per_sequence = c.max_target_length;  // tokens count sequences x this, as batch_size_schedule does
+  o.lr.tokens_per_sequence = c.tokens_per_example();  // tokens count examples x this, as batch_size_schedule does
   o.fidelity_period = c.grad_fidelity_period;
   o.grad_dtype = config::scalar_type(c.grad_dtype);
   o.rounding = c.grad_accum_rounding;

@@ -242,7 +242,7 @@ RunSummary Training::run() {
   step.gather_weights(/*for_checkpoint=*/true);  // ZeRO-3: a checkpoint's weights are whole
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
   step.release_weights(/*adopt=*/true, /*for_checkpoint=*/true);
-  const bool budget_spent = cfg_.train_tokens > 0 && start.state.sequences >= cfg_.train_sequences();
+  const bool budget_spent = cfg_.train_tokens > 0 && start.state.sequences >= cfg_.train_examples();
   if (start.state.step > 0 && (start.state.step == cfg_.steps || budget_spent)) return finish_from_disk(start, step, meter);
   if (start.dir && start.state.step == 0 && !cfg_.load_parameters_path.empty()) {
     hub::carry_model_files(cfg_.load_parameters_path, start.dir->path());  // tokenizer, config.json, source.json
@@ -263,10 +263,10 @@ RunSummary Training::run() {
   BatchSizePolicy policy(batches, continue_batch(start, step, batches, cfg_.per_device_batch_size, world));
   log_run_start(cfg_, dtype_, start, step, world, threads);
   RunSummary summary = run_steps(cfg_, step, *evaluator_, meter, signals, start, device_, policy);
-  if (cfg_.train_tokens > 0 && policy.state().sequences < cfg_.train_sequences())
+  if (cfg_.train_tokens > 0 && policy.state().sequences < cfg_.train_examples())
     spdlog::warn("stopped at steps={} after {} of train_tokens={} tokens; raise steps (a cap when train_tokens is set) "
                  "and rerun the same command to train the rest",
-                 cfg_.steps, policy.state().sequences * cfg_.max_target_length, cfg_.train_tokens);
+                 cfg_.steps, policy.state().sequences * cfg_.tokens_per_example(), cfg_.train_tokens);
   if (start.dir) write_end_of_run_files(*start.dir, summary, memory_report(step, meter, summary.steps));
   log_process_memory(step, meter);  // every process: what sharding left here (bench/sharded_memory.sh reads it)
   // Every step skipped (fewer than max_consecutive_nonfinite): the run trained nothing, which is no success (exit 3).
