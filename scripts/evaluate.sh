@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Intent: score an exported model on standard benchmarks with lm-evaluation-harness (lm-eval 0.4.13, its `hf`
 # backend): a merged export, or a base plus a peft adapter (docs/huggingface.md, "Benchmarks with lm-eval").
-# Cost: lm-eval's start (~10 s) and one forward per choice of each question; hellaswag on SmolLM2-135M is ~40,000
-# forwards. The usual tasks download their data from the Hugging Face hub on first use; examples/lm_eval holds a local
-# task that needs no network (--tasks shadowgrad_example_mc --include-path examples/lm_eval).
+# Cost: lm-eval's start (~10 s; ~8 s of CPU less when every task is in --include-path) and one forward per choice
+# of each question; hellaswag on SmolLM2-135M is ~40,000 forwards. The usual tasks download their data from the
+# Hugging Face hub on first use; examples/lm_eval holds a local task that needs no network (--tasks
+# shadowgrad_example_mc --include-path examples/lm_eval).
 #
 # Usage: scripts/evaluate.sh MODEL_DIR --tasks TASK[,TASK...] [--adapter DIR] [--include-path DIR] [--num-fewshot N]
 #          [--limit N] [--batch-size N|auto] [--dtype auto|float32|bfloat16|float16] [--device cpu|cuda|...]

@@ -38,10 +38,14 @@ quantised = transformers.AutoModelForCausalLM.from_pretrained(src, gguf_file=ggu
 # save_pretrained refuses a GGUF-quantised model: the same weights into a plain model of the same config.
 cfg = quantised.config.to_dict()
 cfg.pop("quantization_config", None)
-model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).float()
-missing, unexpected = model.load_state_dict(quantised.state_dict(), strict=False)
+# On the meta device: every weight comes from the GGUF (assign=True), so a random initialisation (5 s of CPU) would be
+# thrown away.
+with torch.device("meta"):
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+missing, unexpected = model.load_state_dict(quantised.state_dict(), strict=False, assign=True)
 assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
 model.tie_weights()
+model.float()
 model.save_pretrained(out)
 tok.save_pretrained(out)
 print(f"wrote {out}: {model.config.architectures[0]}, {sum(p.numel() for p in model.parameters())} parameters")

@@ -19,10 +19,17 @@ labels (!= -100). Controls, so that the comparison can fail: under each tokenize
 prompt (the old way) differ from TRL's on some row, and the byte-level "Answer: " + "blue" starts its answer with the
 token " blue"; an answer that ends in the EOS ends in one EOS, not two.
 
+The preparers run in this process (their main(), as scripts/prepare_*.sh runs it, with its arguments and its
+printout), since a new process per run paid the imports again (~1.5 s of CPU each, 16 runs); prepare_preference and
+prepare_sft run the scripts themselves.
+
 Usage: prepare_trl_test.py REPO   (the venv's python: trl, datasets, transformers, tokenizers, numpy)
 Exit: 0 pass; 1 fail; 77 skipped (no trl or datasets in this Python).
-Cost: ~45 s of CPU: trl's import, 16 runs of the scripts (~1.5 s each), the tokenizers' training.
+Cost: ~12 s of CPU: trl's import, the tokenizers' training, the 16 preparer runs.
 """
+import contextlib
+import importlib
+import io
 import json
 import logging
 import os
@@ -31,11 +38,11 @@ import tempfile
 import types
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts", "lib"))
 from prepare_preference_test import read_pairs  # noqa: E402
-from prepare_preference_test import run as run_preference  # noqa: E402
 from prepare_sft_test import check, jsonl, read_sft  # noqa: E402
-from prepare_sft_test import run as run_sft  # noqa: E402
 
 try:
     import datasets
@@ -126,6 +133,30 @@ def conversations():
               "rejected": [bot("It is five.")]}]
     implicit = [{"chosen": r["prompt"] + r["chosen"], "rejected": r["prompt"] + r["rejected"]} for r in pairs]
     return pairs, implicit, [{"prompt": r["prompt"], "completion": r["chosen"]} for r in pairs]
+
+
+def prepare(module, args):
+    """scripts/lib/MODULE.py's main() with ARGS as its command line, in this process; returns what it printed. A
+    non-zero exit or an exception fails the test, as a non-zero exit or a traceback of the script does."""
+    out, argv = io.StringIO(), sys.argv
+    sys.argv = [module] + args
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            importlib.import_module(module).main()
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            sys.exit(f"FAIL: {module} {' '.join(args)} exited {e.code}\n{out.getvalue()}")
+    finally:
+        sys.argv = argv
+    return out.getvalue()
+
+
+def run_preference(args):
+    return prepare("prepare_preference", args)
+
+
+def run_sft(args):
+    return prepare("prepare_sft", args)
 
 
 def trl_pairs(tok, data, work):

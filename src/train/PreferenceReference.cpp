@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <cstring>
-#include <filesystem>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -12,14 +10,13 @@
 #include <spdlog/spdlog.h>
 
 #include "config/Config.h"
-#include "data/LittleEndian.h"
 #include "data/PairSource.h"
 #include "distributed/DataParallel.h"
 #include "train/PreferenceLoss.h"
+#include "train/ReferenceFile.h"
 #include "train/Signals.h"
 #include "util/BlockHash.h"
 #include "util/Errors.h"
-#include "util/File.h"
 #include "util/Hash.h"
 
 namespace shadowgrad::train {
@@ -28,62 +25,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kMagic[8] = {'S', 'G', 'R', 'E', 'F', 'L', 'P', 0};
-constexpr uint32_t kVersion = 2;
-constexpr size_t kHeaderBytes = 64;  // magic, version, 0, then data, start, how, pairs, chunk, chunks (u64 each)
 constexpr auto kSaveEvery = std::chrono::seconds(60);
 constexpr auto kLogEvery = std::chrono::seconds(10);
 
 uint64_t key_of(std::initializer_list<uint64_t> fields) {
   const std::vector<uint64_t> v(fields);
   return util::fnv1a64(v.data(), v.size() * sizeof(uint64_t));
-}
-
-// A reference file: its fingerprints, the microbatches done (1 byte each) and the values (2 per kept pair, file order).
-struct Stored {
-  uint64_t data = 0, start = 0, how = 0;
-  int64_t chunk = 0;
-  std::vector<uint8_t> done;
-  std::vector<double> logps;
-  int64_t done_count() const { return int64_t(std::count(done.begin(), done.end(), uint8_t(1))); }
-  bool complete() const { return done_count() == int64_t(done.size()); }
-};
-
-enum class Found { none, earlier_version, unreadable, ok };
-
-Found read_stored(const std::string& path, Stored& s) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return Found::none;
-  const std::string bytes = util::read_whole_file(path);
-  if (bytes.size() < 16 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return Found::unreadable;
-  if (data::read_le<uint32_t>(bytes, 8) == 1) return Found::earlier_version;
-  if (data::read_le<uint32_t>(bytes, 8) != kVersion || bytes.size() < kHeaderBytes) return Found::unreadable;
-  s.data = data::read_le<uint64_t>(bytes, 16);
-  s.start = data::read_le<uint64_t>(bytes, 24);
-  s.how = data::read_le<uint64_t>(bytes, 32);
-  const uint64_t pairs = data::read_le<uint64_t>(bytes, 40), chunk = data::read_le<uint64_t>(bytes, 48),
-                 chunks = data::read_le<uint64_t>(bytes, 56);
-  const uint64_t done_bytes = (chunks + 7) / 8 * 8;
-  if (pairs > (uint64_t(1) << 40) || chunks > pairs + 1 || chunk == 0 ||
-      bytes.size() != kHeaderBytes + done_bytes + 16 * pairs)
-    return Found::unreadable;
-  s.chunk = int64_t(chunk);
-  s.done.assign(bytes.begin() + kHeaderBytes, bytes.begin() + long(kHeaderBytes + chunks));
-  s.logps.resize(size_t(2 * pairs));
-  if (pairs > 0) std::memcpy(s.logps.data(), bytes.data() + kHeaderBytes + done_bytes, size_t(16 * pairs));
-  return Found::ok;
-}
-
-void write_stored(const std::string& path, const Stored& s) {
-  std::string out(kMagic, sizeof(kMagic));
-  data::append_le<uint32_t>(out, kVersion);
-  data::append_le<uint32_t>(out, 0);
-  for (uint64_t v : {s.data, s.start, s.how, uint64_t(s.logps.size() / 2), uint64_t(s.chunk), uint64_t(s.done.size())})
-    data::append_le<uint64_t>(out, v);
-  out.append(reinterpret_cast<const char*>(s.done.data()), s.done.size());
-  out.append((8 - s.done.size() % 8) % 8, '\0');
-  if (!s.logps.empty()) out.append(reinterpret_cast<const char*>(s.logps.data()), 8 * s.logps.size());
-  util::write_file_atomically(path, out);
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -118,11 +65,12 @@ struct ReferencePass::Set {
   data::PairBatch batch(int64_t j) const {
     return stream ? pairs.pairs(j * chunk, chunk) : pairs.pairs_in_file_order(j * chunk, chunk);
   }
-  Stored fresh(uint64_t start) const {
-    Stored s{data, start, how, chunk, std::vector<uint8_t>(size_t(chunks()), 0), std::vector<double>(size_t(2 * n()), 0.0)};
+  StoredReference fresh(uint64_t start) const {
+    StoredReference s{data, start, how, chunk, std::vector<uint8_t>(size_t(chunks()), 0),
+                      std::vector<double>(size_t(2 * n()), 0.0)};
     return s;
   }
-  bool fits(const Stored& s) const { return int64_t(s.logps.size()) == 2 * n(); }
+  bool fits(const StoredReference& s) const { return int64_t(s.logps.size()) == 2 * n(); }
 };
 
 namespace {
@@ -146,7 +94,7 @@ std::vector<double> from_rank0(distributed::DataParallel* dp, std::vector<double
 // Scores the microbatches of `set` that `st` does not hold yet, dealt round-robin over the processes (microbatch
 // todo[i] on process i mod WORLD_SIZE), and gathers them into `st` on every process: every minute and at the end
 // (`path` written by the writer), and at a stop, which then throws InterruptedError.
-void score(const ReferencePass::Set& set, Stored& st, PassContext& c, const std::string& path, bool writer) {
+void score(const ReferencePass::Set& set, StoredReference& st, PassContext& c, const std::string& path, bool writer) {
   const int world = c.dp ? c.dp->world_size() : 1, rank = c.dp ? c.dp->rank() : 0;
   std::vector<int64_t> todo;
   for (int64_t j = 0; j < set.chunks(); ++j)
@@ -171,7 +119,7 @@ void score(const ReferencePass::Set& set, Stored& st, PassContext& c, const std:
     for (int64_t j = 0; j < total; ++j)
       if (all[size_t(3 * n + j)] > 0) st.done[size_t(j)] = 1;
     std::fill(mine.begin(), mine.end(), 0.0);
-    if (writer) write_stored(path, st);
+    if (writer) write_reference_file(path, st);
   };
   const auto began = Clock::now();
   auto last_log = began, last_save = began;
@@ -290,23 +238,16 @@ struct PassMode {
   }
 };
 
-std::string earlier_version(const std::string& path) {
-  return fmt::format("{} was written by an earlier version of the trainer (one file for train and eval pairs), "
-                     "which this one does not read; finish the run with the version that started it, or start a new "
-                     "run",
-                     path);
-}
-
 } // namespace
 
 bool ReferencePass::eval_needs_start(const std::string& run_dir) {
   if (!eval_) return false;
   double needs = 0, recorded = 0;
   if (!dp_ || dp_->rank() == 0) {
-    Stored train, eval;
-    const bool have_train = read_stored(run_dir + "/" + train_->file, train) == Found::ok;
-    const bool eval_ok = read_stored(run_dir + "/" + eval_->file, eval) == Found::ok && eval.data == eval_->data &&
-                         eval_->fits(eval) && eval.complete();
+    StoredReference train, eval;
+    const bool have_train = read_reference_file(run_dir + "/" + train_->file, train) == ReferenceFileState::ok;
+    const bool eval_ok = read_reference_file(run_dir + "/" + eval_->file, eval) == ReferenceFileState::ok &&
+                         eval.data == eval_->data && eval_->fits(eval) && eval.complete();
     needs = eval_ok ? 0 : 1;
     // The start the eval values must come from: the train reference's (no train reference: prepare() refuses).
     if (!eval_ok && have_train) {
@@ -333,7 +274,7 @@ void ReferencePass::score_eval_from_start() {
   spdlog::info("{}: eval pairs added since the start; their reference comes from the starting weights (the "
                "fingerprint recorded in {} matches)",
                eval_->pairs.label(), kReferenceFile);
-  Stored st = eval_->fresh(recorded);
+  StoredReference st = eval_->fresh(recorded);
   PassContext c{model_, device_, dp_, signals_, cfg_};
   PassMode mode(model_);
   at::NoGradGuard no_grad;
@@ -349,23 +290,23 @@ void ReferencePass::prepare(const std::string& run_dir, bool resumed, bool write
     const std::string path = run_dir + "/" + set->file;
     // Rank 0 reads the file and decides; the others get its decision and values. -1: refused (rank 0 throws).
     enum Action { refused = -1, compute = 0, use = 1, resume_pass = 2 };
-    Stored st = set->fresh(0);
+    StoredReference st = set->fresh(0);
     int action = compute;
     std::string refusal;
     if (reader) {
-      Stored stored;
-      const Found found = read_stored(path, stored);
-      const bool same_pairs = found == Found::ok && stored.data == set->data && set->fits(stored);
+      StoredReference stored;
+      const ReferenceFileState found = read_reference_file(path, stored);
+      const bool same_pairs = found == ReferenceFileState::ok && stored.data == set->data && set->fits(stored);
       if (resumed && set == eval_.get() && !eval_from_start_.empty()) {
         st = set->fresh(start_);
         st.logps = eval_from_start_;
         std::fill(st.done.begin(), st.done.end(), uint8_t(1));
-        if (writer) write_stored(path, st);
+        if (writer) write_reference_file(path, st);
         action = use;
       } else if (resumed) {
-        if (found == Found::earlier_version)
-          refusal = earlier_version(path);
-        else if (found != Found::ok)
+        if (found == ReferenceFileState::earlier_version)
+          refusal = earlier_version_message(path);
+        else if (found != ReferenceFileState::ok)
           refusal = fmt::format("{} is missing: a resumed preference run needs the reference log-probs of its step "
                                 "0, which its weights can no longer give; restore the file or start a new run",
                                 path);
@@ -386,12 +327,13 @@ void ReferencePass::prepare(const std::string& run_dir, bool resumed, bool write
           action = stored.complete() ? use : resume_pass;
           st = std::move(stored);
           if (action == use) spdlog::info("reference log-probs reused from {} (same pairs, same starting weights)", path);
-        } else if (found == Found::ok || found == Found::earlier_version) {
+        } else if (const bool older = found == ReferenceFileState::earlier_version;
+                   found == ReferenceFileState::ok || older) {
           spdlog::info("{} is recomputed: it was made for {}", path,
-                       found == Found::earlier_version ? "an earlier version of the trainer"
-                       : !same_pairs                   ? "other pairs (or max_target_length / sft_long_examples)"
-                       : stored.start != start         ? "other starting weights"
-                                                       : "other microbatches (per_device_batch_size, packing, dtype, ...)");
+                       older                   ? "an earlier version of the trainer"
+                       : !same_pairs           ? "other pairs (or max_target_length / sft_long_examples)"
+                       : stored.start != start ? "other starting weights"
+                                               : "other microbatches (per_device_batch_size, packing, dtype, ...)");
         }
       }
       if (!refusal.empty()) action = refused;

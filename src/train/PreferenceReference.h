@@ -5,7 +5,7 @@
 //   RUN/reference_logps.bin       the train pairs (dataset_path)
 //   RUN/reference_logps.eval.bin  the eval pairs (eval_dataset_path)
 // each with a fingerprint of its pair file (and max_target_length, sft_long_examples), of the starting weights, and of
-// how the pass grouped the pairs.
+// how the pass grouped the pairs (the file's format: train/ReferenceFile.h).
 //
 // The pass scores the pairs in the very microbatches the run reads them in: the train pairs as the first epoch's
 // microbatches of per_device_batch_size pairs (the step's rows, packing and order; grad mode on, as in the step), the
