@@ -136,47 +136,6 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
       at::full({o.max_length, o.max_length}, -std::numeric_limits<float>::infinity(), o.compute_dtype).triu(1));
 }
 
-torch::Tensor DecoderImpl::compute(const torch::Tensor& weight) const {
-  if (weight.scalar_type() == options_.compute_dtype) return weight;
-  // Hoisting caches the cast of a parameter (a leaf), built with grad enabled so that every
-  // microbatch's graph shares its cast node: each backward delivers its own gradient through it, as
-  // separate casts would. Under no_grad, or for non-leaves, cast afresh.
-  if (!options_.hoist_weight_cast || !weight.is_leaf() || !weight.requires_grad()) return cast(weight);
-  return cached(weight, [this](const torch::Tensor& w) { return cast(w); });
-}
-
-torch::Tensor DecoderImpl::frozen(const torch::Tensor& weight) const {
-  // Only a narrowing cast is cached (an fp32 base under bf16 compute: 2 bytes a parameter more for the step, as a
-  // trained weight's hoisted cast): a bf16 base under fp32 compute would be held again in 4 bytes, so the frozen
-  // nodes cast it per use instead, forward and backward.
-  if (!weight.defined() || weight.scalar_type() == options_.compute_dtype || !options_.hoist_weight_cast ||
-      weight.requires_grad() || int64_t(c10::elementSize(options_.compute_dtype)) >= int64_t(weight.element_size()))
-    return weight;
-  return cached(weight, [this](const torch::Tensor& w) { return w.to(options_.compute_dtype); });
-}
-
-torch::Tensor DecoderImpl::cached(const torch::Tensor& weight,
-                                  const std::function<torch::Tensor(const torch::Tensor&)>& make) const {
-  if (!at::GradMode::is_enabled()) {
-    // A rematerialised block's forward runs under no_grad: it may read a valid cached cast, but never fills one.
-    auto it = weight_cache_.find(weight.unsafeGetTensorImpl());
-    return it != weight_cache_.end() && it->second.version == weight._version() ? it->second.cast : make(weight);
-  }
-  CachedCast& entry = weight_cache_[weight.unsafeGetTensorImpl()];
-  if (!entry.cast.defined() || entry.version != weight._version()) {
-    entry = {make(weight), weight._version()};
-    int64_t bytes = 0;
-    for (const auto& [impl, cached] : weight_cache_) bytes += cached.cast.numel() * int64_t(cached.cast.element_size());
-    weight_cache_high_ = std::max(weight_cache_high_, bytes);
-  }
-  return entry.cast;
-}
-
-torch::Tensor DecoderImpl::cast(const torch::Tensor& weight) const {
-  return casts_.cast && weight.is_leaf() && weight.requires_grad() ? casts_.cast(weight, options_.compute_dtype)
-                                         : weight.to(options_.compute_dtype);
-}
-
 const torch::Tensor& DecoderImpl::Block::weight(Projection p) const {
   const torch::Tensor* w[] = {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down};
   return *w[int(p)];
@@ -414,37 +373,6 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, const torch::Tens
     x = on_backward(x, [f = units_.backward_end, last] { f(last); });
   }
   return rms_norm(x, final_norm_);
-}
-
-void DecoderImpl::pass_units() {
-  if (units_.forward_begin) hidden(at::zeros({1, 1}, rope_cos_.options().dtype(at::kLong)));
-}
-
-torch::Tensor DecoderImpl::hooked_block(const Block& b, const torch::Tensor& x, const Layout& layout) {
-  if (!units_.forward_begin) return block(b, x, layout);
-  const int64_t unit = b.index + 1;
-  units_.forward_begin(unit);
-  // The input's gradient arrives after every node of the block that reads a weight has run: the unit may go then.
-  auto y = block(b, on_backward(x, [f = units_.backward_end, unit] { f(unit); }), layout);
-  y = on_backward(y, [f = units_.backward_begin, unit] { f(unit); });
-  units_.forward_end(unit);
-  return y;
-}
-
-std::vector<std::vector<torch::Tensor>> DecoderImpl::unit_tensors() {
-  std::vector<std::vector<torch::Tensor>> units(num_units());
-  auto add = [&](const std::string& name, const torch::Tensor& t) {
-    if (name.find("_lora_") != std::string::npos || name == "rope_cos" || name == "rope_sin" || name == "causal_mask")
-      return;
-    int64_t unit = 0;
-    if (name == "final_norm" || name == "output") unit = num_units() - 1;
-    else if (name.rfind("layer", 0) == 0) unit = std::stoll(name.substr(5)) + 1;
-    else if (name != "embedding") throw std::logic_error("unit_tensors: no unit for '" + name + "'");
-    units[unit].push_back(t);
-  };
-  for (const auto& p : named_parameters(/*recurse=*/false)) add(p.key(), p.value());
-  for (const auto& p : named_buffers(/*recurse=*/false)) add(p.key(), p.value());
-  return units;
 }
 
 } // namespace shadowgrad::model

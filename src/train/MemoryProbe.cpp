@@ -105,15 +105,11 @@ std::string describe_run(const config::Config& cfg, const model::DecoderOptions&
                      cfg.remat_policy);
 }
 
-} // namespace
-
-namespace {
-
 // ZeRO-3's largest unit (distributed/ParameterShards.h), in elements: a decoder block, the embedding, or the final
 // norm with an untied output.
 int64_t largest_unit_elements(const model::DecoderOptions& o) {
   const int64_t E = o.emb_dim, Q = o.num_query_heads * o.head_dim, KV = o.num_kv_heads * o.head_dim;
-  const int64_t block = sat_add(sat_add(sat_mul(2 * E, 1), sat_mul(sat_add(Q, KV), 2 * E)), sat_mul(3 * E, o.mlp_dim)) +
+  const int64_t block = sat_add(sat_add(2 * E, sat_mul(sat_add(Q, KV), 2 * E)), sat_mul(3 * E, o.mlp_dim)) +
                         (o.attention_bias ? Q + 2 * KV : 0) + (o.qk_norm ? 2 * o.head_dim : 0);
   const int64_t table = sat_mul(o.vocab_size, E);
   return std::max({block, table, o.tied_output ? E : sat_add(table, E)});

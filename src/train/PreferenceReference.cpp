@@ -33,7 +33,7 @@ uint64_t key_of(std::initializer_list<uint64_t> fields) {
   return util::fnv1a64(v.data(), v.size() * sizeof(uint64_t));
 }
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double elapsed_s(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 } // namespace
 
@@ -173,12 +173,12 @@ void score(const ReferencePass::Set& set, StoredReference& st, PassContext& c, c
     }
     if (Clock::now() - last_log > kLogEvery) {
       spdlog::info("reference log-probs: {} of {} {} microbatches on this process ({:.1f} pairs/s)", scored,
-                   mine_total, set.name, double(pairs_scored) / seconds_since(began));
+                   mine_total, set.name, double(pairs_scored) / elapsed_s(began));
       last_log = Clock::now();
     }
   }
   if (todo.empty()) return;
-  const double s = seconds_since(began);
+  const double s = elapsed_s(began);
   // The pairs/s of the whole pass: every process's pairs over the slowest's time.
   const double all_pairs = c.dp ? c.dp->global_sum(double(pairs_scored)) : double(pairs_scored);
   spdlog::info("reference log-probs of the {} {} pairs computed in {:.1f} s ({:.2f} pairs/s over {} process{}){}",
@@ -221,7 +221,7 @@ uint64_t ReferencePass::start_key() {
     const auto began = Clock::now();
     start_ = starting_weights_key(model_);
     start_known_ = true;
-    spdlog::info("starting weights fingerprinted in {:.2f} s", seconds_since(began));
+    spdlog::info("starting weights fingerprinted in {:.2f} s", elapsed_s(began));
   }
   return start_;
 }

@@ -29,9 +29,7 @@ std::function<bool(int64_t)>& nan_fault_hook() {
   static std::function<bool(int64_t)> hook;
   return hook;
 }
-} // namespace
 
-namespace {
 // ZeRO-3: every process checks it starts from the same weights while it still holds them whole, then keeps its range.
 std::unique_ptr<distributed::ParameterShards> shard_weights(distributed::DataParallel* dp, model::Decoder& model) {
   if (!dp || !dp->shard_parameters()) return nullptr;
