@@ -5,7 +5,9 @@
 #     every rank writes its optimizer shard into the same step-N, listed in the manifest; SIGTERM to one rank stops
 #     both after the same step with such a checkpoint;
 #   - ZeRO-2 (shard_gradients_over_data) resumed 4 -> 2 -> 1 processes and 1 -> 4, within 1e-6 of unbroken runs;
-#     ZeRO-3 (shard_parameters_over_data, both carry modes) the same, and its checkpoint exports;
+#     ZeRO-3 (shard_parameters_over_data, both carry modes) the same: each rank writes its model shard (no model.pt),
+#     the checkpoint exports, a damaged or missing model shard exits 2 on every rank naming it, kill -9 of both
+#     processes resumes from their shards, and per_device_batch_size=auto plans and trains;
 #   - resume at another process count with the same global batch (8 = per_device_batch_size 2 x K x WORLD_SIZE):
 #     2x2 -> 1x4, 1x4 -> 2x2, 4x1 -> 2x2, ZeRO-1 2x2 -> 1x4 and -> ZeRO-1 4x1, whole 1x4 -> ZeRO-1 2x2; each within
 #     1e-5 relative of continuing unchanged, every step (the max rel diff is printed; bitwise is reported, not
@@ -173,6 +175,9 @@ train_ok z3 2 4 gradient_accumulation_steps=2 "${z3[@]}" shard_gradients_over_da
 grep -q 'resharding: the checkpoint was written by 4 processes' "$log" || fail "no resharding line at ZeRO-3 4 -> 2"
 train_ok z3 1 6 gradient_accumulation_steps=4
 tight z3 z2_straight "ZeRO-3 4 processes K=1 -> ZeRO-3 (carry sharded too) 2 processes K=2 -> 1 process K=4"
+# per_device_batch_size=auto plans each process's range of the weights (the plan counts 1/N) and trains.
+train_ok z3_auto 2 2 "${z3[@]}" per_device_batch_size=auto global_batch_size=8
+grep -q '\[rank 0\] .*pdbs=auto: [0-9]' "$log" || fail "the ZeRO-3 run did not pick per_device_batch_size"
 from_step3 p1 p1_to_z3
 train_ok p1_to_z3 4 6 gradient_accumulation_steps=1 "${z3[@]}"
 tight p1_to_z3 p1_straight "1 process K=4 -> ZeRO-3 4 processes K=1"
@@ -260,6 +265,23 @@ train killed 1 10
 grep -q 'resumed from' "$log" || fail "the run after kill -9 did not resume"
 grep -q 'in use' "$log" && fail "the lock of the killed trainer was still held"
 [[ $(grep -c '"step"' "$runs/killed/metrics.jsonl") == 10 ]] || fail "the resumed run does not have 10 steps"
+
+echo "== kill -9 of both ZeRO-3 processes mid-run: the same command resumes from their shards"
+port=$(free_port)
+pids=()
+for r in 0 1; do
+  SHADOWGRAD_TEST_HOLD=step-5 RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" \
+    "${z3[@]}" run_name=z3_killed steps=6 gradient_accumulation_steps=2 >>"$tmp/z3_killed.first.log" 2>&1 &
+  pids+=($!)
+  started+=($!)
+done
+wait_for_hold "$tmp/z3_killed.first.log" step-5 2 "${pids[0]}"
+kill -KILL "${pids[@]}"
+wait "${pids[@]}" 2>/dev/null
+[[ -f $runs/z3_killed/checkpoints/step-3/model-shard-00001-of-00002.pt ]] || fail "the killed ZeRO-3 run left no shards of step 3"
+train_ok z3_killed 2 6 "${z3[@]}" gradient_accumulation_steps=2
+grep -q 'resumed from .*step-3' "$log" || fail "the ZeRO-3 run after kill -9 did not resume from step 3"
+tight z3_killed z2_straight "ZeRO-3 2 processes killed after step 4, resumed from step 3"
 
 echo "elastic_test: PASS"
 rm -rf "$tmp"

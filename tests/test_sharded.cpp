@@ -164,3 +164,21 @@ TEST_CASE("the pre-start memory plan counts each process's range of the shadow t
   CHECK(std::abs(plan.optimizer_state - ranks[0].optimizer_bytes) <= 8);
   CHECK(plan.shadow_tree * 2 <= whole.shadow_tree + 4);
 }
+
+TEST_CASE("bf16 AdamW moments under ZeRO-3 step exactly as under ZeRO-1: the same ranges, the same rounding",
+          "[sharded][zero3][bf16]") {
+  auto zero1 = sharded_config(2, false, config::GradDtype::float32, /*zero1=*/true);
+  zero1.adam_state_dtype = config::FloatDtype::bfloat16;  // stochastic rounding keyed by step, piece and element
+  auto zero3 = zero1;
+  zero3.shard_parameters_over_data = true;
+  const auto ref = train_sharded_ranks(2, zero1, 4), got = train_sharded_ranks(2, zero3, 4);
+  for (size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(got[r].optimizer_bytes == ref[r].optimizer_bytes);  // 2 bf16 moments over the same range
+    for (size_t s = 0; s < ref[r].loss.size(); ++s) {
+      CHECK(got[r].loss[s] == Approx(ref[r].loss[s]).epsilon(1e-6));
+      CHECK(got[r].grad_norm[s] == Approx(ref[r].grad_norm[s]).epsilon(1e-6));
+    }
+    CHECK(relative_error::worst_rel_diff(got[r].weights, ref[r].weights) <= 1e-5);
+  }
+}

@@ -17,6 +17,7 @@ struct ParameterShards::Unit {
   at::Tensor buffer;                  // 1-D, the tensors are views of it; storage of 0 bytes when released
   bool gathered = true;
   std::vector<PendingCollective> pending;
+  std::vector<std::pair<at::Tensor, at::Tensor>> landing;  // cast_before_gather: (what travels, where it widens to)
   int64_t bytes() const { return numel * int64_t(buffer.element_size()); }
 };
 
@@ -123,10 +124,41 @@ void ParameterShards::start(Unit& unit) {
   const int64_t size = plan_.shard_size(), end = unit.begin + unit.numel;
   for (int r = int(unit.begin / size); r < comm_->world_size() && int64_t(r) * size < end; ++r) {
     const int64_t lo = std::max(unit.begin, int64_t(r) * size), hi = std::min(end, int64_t(r + 1) * size);
-    if (hi <= lo) continue;
-    at::Tensor part = unit.buffer.narrow(0, lo - unit.begin, hi - lo);
-    unit.pending.push_back(comm_->start_broadcast(part, r));
+    if (hi > lo) send_part(unit, r, lo - unit.begin, hi - unit.begin);
   }
+}
+
+void ParameterShards::send_part(Unit& unit, int owner, int64_t lo, int64_t hi) {
+  if (!travel_dtype_) {
+    at::Tensor part = unit.buffer.narrow(0, lo, hi - lo);
+    unit.pending.push_back(comm_->start_broadcast(part, owner));
+    return;
+  }
+  // One broadcast per run of tensors that travel alike: matrices cast, 1-D tensors as stored.
+  auto cast = [&](size_t i) { return tensors_[i].dim() >= 2; };
+  int64_t run_lo = lo;
+  for (size_t i = unit.first; i < unit.first + unit.count; ++i) {
+    const int64_t t_hi = std::min(hi, tensors_[i].storage_offset() + tensors_[i].numel());
+    const bool last = i + 1 == unit.first + unit.count || t_hi >= hi;
+    if (t_hi <= run_lo || (!last && cast(i + 1) == cast(i))) continue;
+    at::Tensor part = unit.buffer.narrow(0, run_lo, t_hi - run_lo);
+    if (cast(i)) {
+      at::Tensor wire = owner == comm_->rank() ? part.to(*travel_dtype_)
+                                               : at::empty({part.numel()}, part.options().dtype(*travel_dtype_));
+      unit.pending.push_back(comm_->start_broadcast(wire, owner));
+      unit.landing.emplace_back(wire, part);
+    } else {
+      unit.pending.push_back(comm_->start_broadcast(part, owner));
+    }
+    run_lo = t_hi;
+    if (last) break;
+  }
+}
+
+void ParameterShards::cast_before_gather(c10::ScalarType compute_dtype) {
+  travel_dtype_.reset();
+  for (const auto& t : tensors_)
+    if (int64_t(c10::elementSize(compute_dtype)) < int64_t(t.element_size())) travel_dtype_ = compute_dtype;
 }
 
 void ParameterShards::gather(int64_t u) {
@@ -135,6 +167,9 @@ void ParameterShards::gather(int64_t u) {
   if (!unit.gathered) start(unit);
   for (auto& p : unit.pending) p.wait();
   unit.pending.clear();
+  at::NoGradGuard no_grad;
+  for (auto& [wire, place] : unit.landing) place.copy_(wire);  // every process, the owner too: the same values
+  unit.landing.clear();
 }
 
 void ParameterShards::prefetch(int64_t u) {
@@ -147,6 +182,7 @@ void ParameterShards::release(int64_t u) {
   Unit& unit = *units_[u];
   for (auto& p : unit.pending) p.wait();
   unit.pending.clear();
+  unit.landing.clear();
   free_storage(unit.buffer);
   unit.gathered = false;
   gathered_bytes_ -= unit.bytes();
@@ -164,7 +200,12 @@ void ParameterShards::release_all() {
 }
 
 void ParameterShards::gather_all() {
+  // Whoever reads the whole weights (a fingerprint, a load) reads the masters' values: nothing travels cast.
+  const auto travel = travel_dtype_;
+  travel_dtype_.reset();
+  release_all();
   for (int64_t u = 0; u < int64_t(units_.size()); ++u) gather(u);
+  travel_dtype_ = travel;
 }
 
 void ParameterShards::adopt_values() {

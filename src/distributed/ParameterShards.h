@@ -18,6 +18,7 @@
 // are issued in the model's order of units, the same on every process.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -43,13 +44,18 @@ class ParameterShards {
   const std::vector<at::Tensor>& pieces() const { return pieces_; }
   // The hooks that gather and release units as the model runs.
   model::DecoderImpl::UnitHooks hooks();
+  // Cast before the gather (MaxText's order): with a compute dtype narrower than the stored one (bf16 compute, fp32
+  // weights), every matrix (2-D or more) travels in it and lands widened again. The model casts each matrix to the
+  // compute dtype before every use (matmuls, the embedding's rows, a frozen base), so it computes with the same
+  // values and the gather sends half the bytes. 1-D tensors (norm scales, read in fp32; biases) travel as stored.
+  void cast_before_gather(c10::ScalarType compute_dtype);
 
   void gather(int64_t unit);   // waits for a prefetch, or gathers now
   void prefetch(int64_t unit); // starts the gather (no-op if gathered, or out of range)
   void release(int64_t unit);  // the unit's storage is given back (waits for a gather in flight first)
   void release_all();
-  // Every unit gathered (checkpoints of a full fine-tune read and write whole tensors), then adopt_values() after
-  // a restore wrote into them: the pieces take the tensors' values of this range.
+  // Every unit gathered with the masters' exact values (nothing travels cast), for whoever reads or writes the whole
+  // weights; then adopt_values() after a load wrote into them: the pieces take the tensors' values of this range.
   void gather_all();
   void adopt_values();
 
@@ -63,6 +69,7 @@ class ParameterShards {
  private:
   struct Unit;
   void start(Unit& unit);
+  void send_part(Unit& unit, int owner, int64_t lo, int64_t hi);  // [lo, hi) of the unit's buffer, from `owner`
   std::shared_ptr<Communicator> comm_;
   bool reshard_after_forward_;
   std::vector<std::unique_ptr<Unit>> units_;
@@ -71,6 +78,7 @@ class ParameterShards {
   std::vector<at::Tensor> pieces_;        // non-empty pieces, flat order
   std::vector<int64_t> piece_of_;         // tensor index -> index into pieces_, -1 when empty
   int64_t gathered_bytes_ = 0, gathered_high_ = 0;
+  std::optional<c10::ScalarType> travel_dtype_;  // cast_before_gather's, when narrower than the weights
 };
 
 } // namespace shadowgrad::distributed

@@ -83,10 +83,13 @@ double Evaluator::run(model::Decoder& model, c10::Device device, distributed::Da
     auto seg = batch.segments.defined() ? batch.segments.to(device) : batch.segments;
     auto pos = batch.positions.defined() ? batch.positions.to(device) : batch.positions;
     // The training step's own loss function, so eval_loss and loss mean the same thing.
-    at::Tensor loss = loss_chunk_tokens_ > 0
-                          ? linear_token_loss_sum(model->hidden(x, seg, pos), model->output_weight(), y,
-                                                  loss_chunk_tokens_, fused_kernels_)
-                          : token_loss_sum(model->forward(x, seg, pos), y);
+    at::Tensor loss;
+    if (loss_chunk_tokens_ > 0) {
+      at::Tensor h = model->hidden(x, seg, pos);  // before output_weight(): ZeRO-3 gathers the output here
+      loss = linear_token_loss_sum(h, model->output_weight(), y, loss_chunk_tokens_, fused_kernels_);
+    } else {
+      loss = token_loss_sum(model->forward(x, seg, pos), y);
+    }
     loss_sum += loss.item<double>();
     tokens += double(batch.valid_tokens());
   }

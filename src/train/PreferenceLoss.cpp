@@ -51,8 +51,8 @@ AnswerScores answer_scores(model::Decoder& model, const data::PairBatch& batch, 
   const data::Batch in = batch.rows.model_inputs();
   auto segments = in.segments.defined() ? in.segments.to(device) : in.segments;
   auto positions = in.positions.defined() ? in.positions.to(device) : in.positions;
-  at::Tensor nll = linear_token_nll(model->hidden(in.tokens.to(device), segments, positions), model->output_weight(),
-                                    in.targets.to(device), rows, fused);
+  at::Tensor h = model->hidden(in.tokens.to(device), segments, positions);  // before output_weight(): ZeRO-3's gather
+  at::Tensor nll = linear_token_nll(h, model->output_weight(), in.targets.to(device), rows, fused);
   const int64_t S = 2 * batch.pairs;
   // Tokens that are no answer's go to slot S, which is dropped.
   const at::Tensor slot = batch.answer.reshape({-1}).to(device);

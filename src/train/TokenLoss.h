@@ -2,7 +2,8 @@
 // Sum of token cross-entropies over the valid (non-padding) targets, in fp32.
 // The step divides it by the valid tokens of the whole global batch, never by a microbatch's own count.
 //
-//   at::Tensor loss = linear_token_loss_sum(model->hidden(tokens), model->output_weight(), targets);
+//   at::Tensor h = model->hidden(tokens);   // first, in its own statement: ZeRO-3 gathers the output's weight there
+//   at::Tensor loss = linear_token_loss_sum(h, model->output_weight(), targets);
 //   (loss / global_valid_tokens).backward();
 #include <ATen/core/Tensor.h>
 

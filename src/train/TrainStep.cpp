@@ -36,6 +36,7 @@ std::unique_ptr<distributed::ParameterShards> shard_weights(distributed::DataPar
   dp->verify_same_start(model->parameters());
   auto shards = std::make_unique<distributed::ParameterShards>(dp->shared_communicator(), model->unit_tensors(),
                                                                dp->reshard_after_forward());
+  shards->cast_before_gather(model->options().compute_dtype);  // bf16 travels under bf16 compute
   model->set_unit_hooks(shards->hooks());
   return shards;
 }
@@ -182,11 +183,16 @@ Accumulated TrainStep::accumulate_batch(int64_t step, const StepBatch& plan) {
     auto segments = micro.segments.defined() ? micro.segments.to(device_) : micro.segments;
     auto positions = micro.positions.defined() ? micro.positions.to(device_) : micro.positions;
     sums.data_s += seconds_since(mark);
-    at::Tensor loss = options_.loss_chunk_tokens > 0
-                          ? linear_token_loss_sum(model_->hidden(tokens, segments, positions),
-                                                  model_->output_weight(), targets, options_.loss_chunk_tokens,
-                                                  options_.fused_kernels)
-                          : token_loss_sum(model_->forward(tokens, segments, positions), targets);
+    at::Tensor loss;
+    if (options_.loss_chunk_tokens > 0) {
+      // hidden() first, in its own statement: ZeRO-3 gathers the output's unit there, and output_weight() reads it
+      // (under bf16 compute it casts it); as arguments of one call their order would be the compiler's.
+      at::Tensor h = model_->hidden(tokens, segments, positions);
+      loss = linear_token_loss_sum(h, model_->output_weight(), targets, options_.loss_chunk_tokens,
+                                   options_.fused_kernels);
+    } else {
+      loss = token_loss_sum(model_->forward(tokens, segments, positions), targets);
+    }
     sums.forward_s += seconds_since(mark);
     if (dp_) dp_->before_backward(*accumulator_, m == micro_steps_ - 1);  // overlap: the last backward sends buckets
     (loss * inv_tokens).backward();
