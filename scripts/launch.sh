@@ -34,7 +34,7 @@ torchrun=${TORCHRUN:-${SHADOWGRAD_VENV:-$root/.venv}/bin/torchrun}
 [[ -x $trainer ]] || { echo "launch.sh: no trainer binary at $trainer (build with scripts/build.sh)" >&2; exit 2; }
 [[ -x $torchrun ]] || { echo "launch.sh: no torchrun at $torchrun (scripts/build.sh makes .venv with torch)" >&2; exit 2; }
 
-port=${MASTER_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+port=${MASTER_PORT:-$(python3 "$(dirname "$0")/lib/free_port.py")}
 # Each trainer's share of the CPUs this script may use (nproc counts the affinity mask), at least 1; torchrun would set
 # 1 (and warn). The trainer's num_threads=0 takes it; a num_threads key, or an OMP_NUM_THREADS given here, wins.
 cores=$(nproc)

@@ -119,7 +119,7 @@ run p1_bf16_k4 0 gradient_accumulation_steps=4 grad_dtype=bfloat16
 # start_pair NAME: starts rank 0 and rank 1 of a long run directly (no launcher); sets pid0 pid1.
 start_pair() {
   local name=$1 port
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(python3 "$(dirname "$0")/../scripts/lib/free_port.py")
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$TRAINER" "${tiny[@]}" run_name="$name" \
       steps=1000000 collective_timeout_s=8 >"$tmp/$name.$r.log" 2>&1 &

@@ -29,7 +29,6 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -39,6 +38,9 @@ from safetensors.torch import load_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_parity_test import build, rel, run  # noqa: E402
 from sft_hf_parity_test import examples, write_sft  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "lib"))
+from free_port import free_port  # noqa: E402
 
 try:
     import peft
@@ -62,10 +64,6 @@ CASES = {
 }
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Trainer:

@@ -28,14 +28,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/multiprocess_test.sh" "signals_test (
 steps=6
 args=("${tiny[@]}" steps=$steps gradient_accumulation_steps=2 checkpoint_period=1000 run_name=group_int)
 if [[ $mode == launch ]]; then
-  # Under launch.sh the run is sharded (ZeRO-3, carry sharded): a stop then gathers the weights for model.pt and
-  # writes each rank's optimizer shard; torchrun's mode keeps plain data parallel.
+  # Under launch.sh the run is sharded (ZeRO-3, carry sharded): a stop then writes each rank's model and optimizer
+  # shards; torchrun's mode keeps plain data parallel.
   args+=(shard_optimizer_over_data=true shard_gradients_over_data=true shard_parameters_over_data=true grad_reduce_bucket_mb=0.01)
   cmd=("$launch" --nproc 2 "${args[@]}")
 else
   # --standalone's rendezvous, on a free port: --standalone itself always takes port 29400, which another job on a
   # shared machine may hold.
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(python3 "$(dirname "$0")/../scripts/lib/free_port.py")
   cmd=("$torchrun" --nnodes 1 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "signals$$"
        --nproc_per_node 2 --redirects 1 --tee 1 --no_python "$TRAINER" "${args[@]}")
 fi

@@ -56,7 +56,7 @@ wait_for_hold() {
   (($(grep -c "test hold: at $2," "$1") >= $3)) || { cat "$1" >&2; fail "not $3 trainer(s) held at $2"; }
 }
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/free_port.py"; }
 # ranks N key=value...: N trainers on loopback started by hand with the variables torchrun sets (RANK, LOCAL_RANK,
 # WORLD_SIZE, MASTER_ADDR, MASTER_PORT), their output to stdout. No launcher: a torchrun start imports torch, 3 s of
 # CPU, and these runs test the trainer (tests/torchrun_test.sh, signals_test.sh and distributed_test.sh's hung rank
