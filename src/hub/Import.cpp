@@ -125,7 +125,8 @@ HfConfig configure_from_model_dir(config::Config& cfg) {
   return hf;
 }
 
-void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model) {
+void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model,
+                     const std::function<bool(const std::string& ours)>& only) {
   std::vector<SafeTensorsFile> files;
   std::map<std::string, std::pair<size_t, const TensorInfo*>> where;  // HF name -> (file, entry)
   for (const auto& path : weight_files(dir)) files.push_back(SafeTensorsFile::open(path));
@@ -153,6 +154,7 @@ void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Modu
   }
   at::NoGradGuard no_grad;
   for (const auto& [name, ours] : names) {
+    if (only && !only(ours)) continue;
     auto it = where.find(name);
     if (it == where.end()) throw ModelFileError(fmt::format("{}: tensor '{}' is missing", dir, name));
     const SafeTensorsFile& file = files[it->second.first];
