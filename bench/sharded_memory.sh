@@ -7,7 +7,8 @@
 # Cost: about 3-4 minutes on 2 cores with the default shape (0.27 B parameters: width 1024, 12 layers, MLP 4096,
 # vocab 32000), 2 steps per run, one thread per process; peak memory about 9 GiB in all (the N=4 runs).
 #
-# Usage: bench/sharded_memory.sh [--small | --1.1b]
+# Usage: [ONLY="zero3s_2 zero3s_4"] [SKIP_ONE=1] bench/sharded_memory.sh [--small | --1.1b]
+#   ONLY: run just the named cases (the names below); SKIP_ONE=1: not the one-process row
 #   --small: a 2-layer width-128 shape, to check the script in seconds
 #   --1.1b:  TinyLlama's 1.1 B shape (width 2048, 22 layers, MLP 5632, 32 heads, 4 KV heads, vocab 32000), at N = 1, 2
 #            and 4 with ZeRO-3 (carry sharded) only: up to about 19 GiB in all, 10-15 minutes on 2 cores
@@ -34,6 +35,7 @@ fi
 case_run() {
   local name=$1 n=$2 k=$3
   shift 3
+  [[ -z ${ONLY:-} || " $ONLY " == *" $name "* ]] || return 0
   local log=$out/$name.log
   if ((n == 1)); then
     "$repo/build/trainer" "$repo/configs/base.yml" "${shape[@]}" "${common[@]}" run_name="$name" \
