@@ -49,11 +49,18 @@ import re, sys
 name, n, log = sys.argv[1], int(sys.argv[2]), open(sys.argv[3]).read()
 mem = re.findall(r"(?:\[rank (\d+)\].*?)?memory on this process: tensors peaked at ([\d.]+) MiB; weights ([\d.]+) MiB, "
                  r"shadow tree ([\d.]+) MiB, optimizer state ([\d.]+) MiB; peak RSS ([\d.]+) MiB", log)
+# by rank: the model built and loaded (its peak so far), and the steps alone (without the start's gathers)
+built = {r or "0": v for r, v in re.findall(r"(?:\[rank (\d+)\].*?)?model built: tensors peaked at ([\d.]+) MiB", log)}
+steps = {r or "0": v for r, v in re.findall(r"(?:\[rank (\d+)\].*?)?the steps alone peaked at ([\d.]+) MiB", log)}
 col = re.findall(r"collectives on this process: (\d+) all_reduce, (\d+) all_gather, (\d+) broadcast, (\d+) bytes", log)
 for i, m in enumerate(mem):
     sent = f"{int(col[i][3]) / 2 / 2**20:9.1f}" if i < len(col) else "      -"
     print(f"{name:18s} N={n} rank {m[0] or 0}: tensors peak {float(m[1]):8.1f} MiB | weights {float(m[2]):7.1f} "
           f"shadow {float(m[3]):7.1f} optimizer {float(m[4]):7.1f} | RSS {float(m[5]):8.1f} MiB | MiB sent/step {sent}")
+    r = m[0] or "0"
+    if r in built and r in steps:
+        print(f"{name:18s} N={n} rank {r}: built and loaded at {float(built[r]):8.1f} MiB | steps alone "
+              f"{float(steps[r]):8.1f} MiB")
 plan = re.search(r"memory plan of each of the \d+ processes: .*?at least ([\d.]+) (GiB|MiB)", log)
 if plan:
     planned = float(plan.group(1)) * (1024 if plan.group(2) == "GiB" else 1)

@@ -60,10 +60,11 @@ void log_process_memory(TrainStep& step, const memory::MemoryMeter& meter) {
                  "at most {:.1f} MiB at once",
                  double(weights) / kMiB, double(shards->gathered_bytes_high()) / kMiB);
   spdlog::info("memory on this process: tensors peaked at {:.1f} MiB; weights {:.1f} MiB, shadow tree {:.1f} MiB, "
-               "optimizer state {:.1f} MiB; peak RSS {:.1f} MiB",
+               "optimizer state {:.1f} MiB; peak RSS {:.1f} MiB; the steps alone peaked at {:.1f} MiB",
                double(meter.run_peak()) / kMiB, double(weights) / kMiB,
                double(step.accumulator().bytes()) / kMiB,
-               double(memory::optimizer_state_bytes(step.optimizer())) / kMiB, double(usage.ru_maxrss) / 1024.0);
+               double(memory::optimizer_state_bytes(step.optimizer())) / kMiB, double(usage.ru_maxrss) / 1024.0,
+               double(meter.max_step_peak()) / kMiB);
   if (auto* dp = step.data_parallel()) {
     const auto& c = dp->communicator().counts();  // counted in the communicator, not estimated
     spdlog::info("collectives on this process: {} all_reduce, {} all_gather, {} broadcast, {} bytes contributed",
@@ -218,6 +219,8 @@ RunSummary Training::run() {
   const hub::WeightSources sources = pretrained_sources(cfg_);
   BuiltModel built = build_model(cfg_, sources, dp.get(), device_);
   log_pretrained(cfg_, sources, built.loaded);
+  // What building and loading took (ZeRO-3: the range and about one unit, train/ModelBuild.h).
+  spdlog::info("model built: tensors peaked at {:.1f} MiB so far", double(meter.window_peak_bytes()) / (1024.0 * 1024.0));
   model::Decoder model = built.model;
   auto* pairs = dynamic_cast<data::PairSource*>(source_.get());
   // per_device_batch_size=auto's probe runs the preference loss on pairs before the reference exists; it measures
