@@ -57,7 +57,7 @@ ParameterShards::ParameterShards(std::shared_ptr<Communicator> comm, int64_t tot
     : comm_(std::move(comm)),
       reshard_after_forward_(reshard_after_forward),
       plan_(total, comm_->rank(), comm_->world_size()),
-      checksum_(checksum({})) {
+      checksum_(util::kFnv1aOffset) {
   for (int64_t u = 0; u < units; ++u) units_.push_back(std::make_unique<Unit>());
 }
 

@@ -84,7 +84,9 @@ void check_config_against_weights(const HfConfig& hf, const config::Config& cfg,
   }
   const double bytes = numel * (cfg.weight_dtype == config::FloatDtype::bfloat16 ? 2 : 4);
   const memory::MemoryHeadroom headroom = memory::read_headroom();
-  if (headroom.bytes >= 0 && bytes > double(headroom.bytes))
+  // Under ZeRO-3 no process holds the whole weights (train/ModelBuild.h): the trainer's pre-start plan checks each
+  // process's share (train/MemoryProbe.h), knowing the process count.
+  if (headroom.bytes >= 0 && bytes > double(headroom.bytes) && !cfg.shard_parameters_over_data)
     throw ModelFileError(fmt::format("{}: its model has {:.4g} parameters, {:.1f} GiB as weight_dtype={} alone, more "
                                      "than this process may take ({}); training needs several times that",
                                      config_json, numel, bytes / double(1 << 30), config::to_string(cfg.weight_dtype),
