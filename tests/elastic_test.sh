@@ -5,7 +5,8 @@
 #     every rank writes its optimizer shard into the same step-N, listed in the manifest; SIGTERM to one rank stops
 #     both after the same step with such a checkpoint;
 #   - ZeRO-2 (shard_gradients_over_data) resumed 4 -> 2 -> 1 processes and 1 -> 4, within 1e-6 of unbroken runs;
-#     ZeRO-3 (shard_parameters_over_data, both carry modes) the same, and its checkpoint exports;
+#     ZeRO-3 (shard_parameters_over_data, both carry modes) the same, and its checkpoint exports; that export read
+#     back as load_parameters_path by 4 ZeRO-3 processes (built unit by unit) within 1e-6 of one process;
 #   - resume at another process count with the same global batch (8 = per_device_batch_size 2 x K x WORLD_SIZE):
 #     2x2 -> 1x4, 1x4 -> 2x2, 4x1 -> 2x2, ZeRO-1 2x2 -> 1x4 and -> ZeRO-1 4x1, whole 1x4 -> ZeRO-1 2x2; each within
 #     1e-5 relative of continuing unchanged, every step (the max rel diff is printed; bitwise is reported, not
@@ -173,6 +174,12 @@ tight p1_to_z3 p1_straight "1 process K=4 -> ZeRO-3 4 processes K=1"
 "$(dirname "$TRAINER")/export_hf" "$runs/p1_to_z3" "$tmp/z3_hf" >"$tmp/z3_export.log" 2>&1 ||
   { cat "$tmp/z3_export.log"; fail "export_hf of a ZeRO-3 run failed"; }
 [[ -f $tmp/z3_hf/model.safetensors ]] || fail "the ZeRO-3 export has no model.safetensors"
+# That model directory as load_parameters_path: 4 ZeRO-3 processes build and read it unit by unit, as one process reads
+# it whole.
+train_ok hf1 1 6 gradient_accumulation_steps=4 load_parameters_path="$tmp/z3_hf"
+train_ok hf_z3 4 6 gradient_accumulation_steps=1 "${z3[@]}" load_parameters_path="$tmp/z3_hf"
+grep -q "weights from $tmp/z3_hf" "$log" || fail "the ZeRO-3 run did not read the model directory"
+tight hf_z3 hf1 "from a model directory: ZeRO-3 4 processes K=1 (built unit by unit) against 1 process K=4"
 
 echo "== a global batch that differs from the checkpoint's: exit 2 naming the three keys"
 from_step3 p2 p2_batch
