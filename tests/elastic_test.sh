@@ -163,6 +163,13 @@ echo "== sharded weights (ZeRO-3): the resume re-shards, 4 -> 2 -> 1 and 1 -> 4,
 z3=(shard_optimizer_over_data=true shard_parameters_over_data=true)
 train_ok z3 4 2 gradient_accumulation_steps=1 "${z3[@]}"
 grep -q 'weights on this process (shard_parameters_over_data)' "$log" || fail "the ZeRO-3 run did not log its range"
+# Each process wrote its own range of the weights; no process gathered the whole model to write model.pt.
+step2=$runs/z3/checkpoints/step-2
+[[ ! -e $step2/model.pt ]] || fail "the ZeRO-3 checkpoint holds a whole model.pt"
+for r in 0 1 2 3; do
+  grep -q "model-shard-0000$r-of-00004.pt" "$step2/manifest.yml" || fail "the ZeRO-3 manifest lists no model shard $r"
+done
+grep -q '^model_shards: 4$' "$step2/manifest.yml" || fail "the ZeRO-3 manifest does not name its 4 model shards"
 train_ok z3 2 4 gradient_accumulation_steps=2 "${z3[@]}" shard_gradients_over_data=true  # the other carry mode
 grep -q 'resharding: the checkpoint was written by 4 processes' "$log" || fail "no resharding line at ZeRO-3 4 -> 2"
 train_ok z3 1 6 gradient_accumulation_steps=4
@@ -170,7 +177,7 @@ tight z3 z2_straight "ZeRO-3 4 processes K=1 -> ZeRO-3 (carry sharded too) 2 pro
 from_step3 p1 p1_to_z3
 train_ok p1_to_z3 4 6 gradient_accumulation_steps=1 "${z3[@]}"
 tight p1_to_z3 p1_straight "1 process K=4 -> ZeRO-3 4 processes K=1"
-# The checkpoint holds the whole weights (gathered for the write), so it exports as any other.
+# export_hf puts the 4 model shards of its last checkpoint together.
 "$(dirname "$TRAINER")/export_hf" "$runs/p1_to_z3" "$tmp/z3_hf" >"$tmp/z3_export.log" 2>&1 ||
   { cat "$tmp/z3_export.log"; fail "export_hf of a ZeRO-3 run failed"; }
 [[ -f $tmp/z3_hf/model.safetensors ]] || fail "the ZeRO-3 export has no model.safetensors"
@@ -180,6 +187,20 @@ train_ok hf1 1 6 gradient_accumulation_steps=4 load_parameters_path="$tmp/z3_hf"
 train_ok hf_z3 4 6 gradient_accumulation_steps=1 "${z3[@]}" load_parameters_path="$tmp/z3_hf"
 grep -q "weights from $tmp/z3_hf" "$log" || fail "the ZeRO-3 run did not read the model directory"
 tight hf_z3 hf1 "from a model directory: ZeRO-3 4 processes K=1 (built unit by unit) against 1 process K=4"
+
+echo "== a damaged ZeRO-3 model shard: every rank exits 2 naming the file, none hangs in a collective"
+cp -r "$runs/p1_to_z3" "$runs/z3_bad"  # step-6 written by 4 ZeRO-3 processes
+shard=$runs/z3_bad/checkpoints/step-6/model-shard-00002-of-00004.pt
+printf 'X' | dd of="$shard" bs=1 seek=200 conv=notrunc 2>/dev/null
+train z3_bad 2 6 "${z3[@]}" load_checkpoint_step=6
+[[ ${rank_codes[*]} == "2 2" ]] || { cat "$log" >&2; fail "loading the damaged model shard: ranks exited ${rank_codes[*]}, expected 2 2"; }
+for r in 0 1; do
+  grep -q "\[rank $r\] error: .*$shard' is corrupt" "$log" || { cat "$log" >&2; fail "rank $r does not name $shard"; }
+done
+rm "$shard"
+train z3_bad 2 6 "${z3[@]}" load_checkpoint_step=6
+[[ ${rank_codes[*]} == "2 2" ]] || { cat "$log" >&2; fail "a missing model shard: ranks exited ${rank_codes[*]}, expected 2 2"; }
+grep -q "error: .*$shard' is missing" "$log" || { cat "$log" >&2; fail "the missing model shard is not named"; }
 
 echo "== a global batch that differs from the checkpoint's: exit 2 naming the three keys"
 from_step3 p2 p2_batch

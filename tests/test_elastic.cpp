@@ -7,11 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
+#include <torch/serialize/output-archive.h>
 #include <unistd.h>
 
 #include "CraftedCheckpoint.h"
@@ -19,6 +22,7 @@
 #include "TinyConfig.h"
 #include "checkpoint/Checkpointer.h"
 #include "checkpoint/FlatOptimizerState.h"
+#include "checkpoint/WeightShards.h"
 #include "data/DataSource.h"
 #include "distributed/DataParallel.h"
 #include "model/Decoder.h"
@@ -216,6 +220,41 @@ TEST_CASE("a ZeRO-1 process keeps only the shard files that overlap its slice", 
   t.shard_begin = 3;  // slice [3, 6) spans both shards
   CHECK(checkpoint::needed_by(t, m, first));
   CHECK(checkpoint::needed_by(t, m, second));
+}
+
+TEST_CASE("ZeRO-3 model shards: written by 3 processes, read back as 2 ranges, as a whole, and a gap is named",
+          "[elastic][unit]") {
+  const std::vector<at::Tensor> params = {at::randn({4, 3}), at::randn({7}), at::randn({2, 2})};  // 23 elements
+  const at::Tensor flat = at::cat({params[0].reshape(-1), params[1], params[2].reshape(-1)});
+  checkpoint::Manifest m;
+  m.model_shards = 3;
+  std::map<std::string, std::string> files;
+  for (int r = 0; r < 3; ++r) {  // ceil(23 / 3) = 8: [0, 8), [8, 16), [16, 23), each split in two pieces
+    const int64_t begin = 8 * r, count = std::min<int64_t>(8, 23 - begin);
+    const std::vector<at::Tensor> pieces = {flat.narrow(0, begin, 3).clone(), flat.narrow(0, begin + 3, count - 3).clone()};
+    torch::serialize::OutputArchive archive;
+    checkpoint::write_weight_shard(archive, pieces, begin, 23);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    files[checkpoint::weight_shard_file_name(r, 3)] = bytes.str();
+  }
+  CHECK(checkpoint::model_files(m) == std::vector<std::string>{"model-shard-00000-of-00003.pt",
+                                                                "model-shard-00001-of-00003.pt",
+                                                                "model-shard-00002-of-00003.pt"});
+  for (int64_t begin : {0, 12}) {  // two processes: [0, 12) and [12, 23), each across two shard files
+    const int64_t count = begin == 0 ? 12 : 11;
+    const at::Tensor range = checkpoint::read_weight_range(files, m, begin, count, 23, at::kFloat, "step-4");
+    CHECK(at::equal(range, flat.narrow(0, begin, count)));
+    std::vector<at::Tensor> pieces = {at::zeros({5}), at::zeros({count - 5})};
+    checkpoint::put_range(range, pieces);
+    CHECK(at::equal(at::cat(pieces), flat.narrow(0, begin, count)));
+    CHECK(at::equal(checkpoint::cut_range(params, begin, count), range));  // the same range out of a whole model.pt
+  }
+  files.erase(checkpoint::weight_shard_file_name(1, 3));
+  CHECK_THROWS_WITH(checkpoint::read_weight_range(files, m, 0, 23, 23, at::kFloat, "step-4"),
+                    Catch::Contains("the model shards of 'step-4' cover 15 of the 23 elements [0, 23)"));
+  CHECK_THROWS_WITH(checkpoint::read_weight_range(files, m, 0, 8, 30, at::kFloat, "step-4"),
+                    Catch::Contains("holds 23 elements of Float; the model has 30"));
 }
 
 TEST_CASE("ZeRO-1: a re-signed damaged shard only rank 1 reads gives every rank the same verdict", "[elastic][zero]") {

@@ -128,6 +128,8 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
     m.frozen = options_.frozen;
     m.config_fingerprint = fingerprint(m.frozen);
     record_layout(m, options_.layout, topology_);
+    const bool sharded_weights = !topology_.weight_pieces.empty();  // ZeRO-3: every rank wrote its model shard
+    m.model_shards = sharded_weights ? topology_.world_size : 0;
     if (topology_.sharded) {
       shards_started = true;
       for (const auto& entry : save_optimizer_shards(tmp, optimizer, topology_, /*ready=*/true)) {
@@ -148,9 +150,10 @@ void Checkpointer::save(const TrainState& state, torch::nn::Module& model, torch
     auto put_archive = [&](const std::string& name, const std::function<void(torch::serialize::OutputArchive&)>& fill) {
       put(name, [&](DurableWriter& w) { serialize(w, fill); });
     };
-    put_archive("model.pt", [&](auto& a) {
-      for (const auto& p : model.named_parameters()) a.write(p.key(), p.value().detach());
-    });
+    if (!sharded_weights)
+      put_archive("model.pt", [&](auto& a) {
+        for (const auto& p : model.named_parameters()) a.write(p.key(), p.value().detach());
+      });
     if (!topology_.sharded) put_archive("optimizer.pt", [&](auto& a) { optimizer.save(a); });
     put_archive("rng.pt", [&](auto& a) {
       auto gen = at::detail::getDefaultCPUGenerator();

@@ -13,7 +13,8 @@
 // complete; a left-over .tmp directory is ignored and removed on the next start.
 //
 // With several processes every rank makes a Checkpointer with the run's Topology and calls save() and restore()
-// together; rank 0 writes everything but, with ZeRO-1, each rank's optimizer shard (see OptimizerShards.h).
+// together; rank 0 writes everything but, with ZeRO-1, each rank's optimizer shard (see OptimizerShards.h), and
+// under ZeRO-3 each rank's model shard instead of model.pt (WeightShards.h).
 // A checkpoint loads into another process count as long as the global batch is the same.
 #include <cstdint>
 #include <functional>

@@ -15,6 +15,7 @@
 #include "checkpoint/Archive.h"
 #include "checkpoint/RunLayout.h"
 #include "checkpoint/StepFiles.h"
+#include "checkpoint/WeightShards.h"
 #include "config/ConfigSchema.h"
 #include "util/File.h"
 #include "util/Printable.h"
@@ -37,7 +38,8 @@ Verified verify(const std::string& dir, int64_t step, const Topology& topology) 
     if (needed_by(topology, v.manifest, f.name)) v.files[f.name] = std::move(bytes);
   }
   std::vector<std::string> required = optimizer_files(v.manifest);
-  required.insert(required.end(), {"model.pt", "rng.pt"});
+  for (const auto& name : model_files(v.manifest)) required.push_back(name);
+  required.push_back("rng.pt");
   for (const auto& name : required) listed(v.manifest, name, dir);
   return v;
 }
@@ -110,9 +112,27 @@ void check_loadable(const Verified& v, const CheckpointOptions& options, const T
 // Every way a file that passed its CRC can still be wrong is found here, on the process that reads it.
 struct Prepared {
   Verified verified;
-  std::vector<at::Tensor> params;  // model.named_parameters() order
+  std::vector<at::Tensor> params;  // model.named_parameters() order; or, under ZeRO-3,
+  at::Tensor range;                // this process's range of the flat parameters
   at::Tensor rng_state;
 };
+
+// The weights of a verified checkpoint as this process keeps them (WeightShards.h's table).
+void read_weights(Prepared& p, const Topology& topology, torch::nn::Module& model, const std::string& dir) {
+  const Verified& v = p.verified;
+  if (topology.weight_pieces.empty()) {
+    p.params = v.manifest.model_shards > 0 ? read_sharded_parameters(v.files, v.manifest, dir, model)
+                                           : read_parameters(v.files.at("model.pt"), dir + "/model.pt", model);
+    return;
+  }
+  int64_t total = 0;
+  for (const auto& t : topology.params) total += t.numel();
+  const at::ScalarType dtype = topology.weight_pieces.front().scalar_type();
+  p.range = v.manifest.model_shards > 0
+                ? read_weight_range(v.files, v.manifest, topology.shard_begin, topology.shard_owned, total, dtype, dir)
+                : cut_range(read_parameters(v.files.at("model.pt"), dir + "/model.pt", model), topology.shard_begin,
+                            topology.shard_owned);
+}
 
 at::Tensor read_rng(const std::string& bytes, const std::string& path) {
   at::Tensor state;
@@ -135,14 +155,15 @@ Prepared prepare(const std::string& dir, int64_t step, const CheckpointOptions& 
                                  "load_checkpoint_step",
                                  dir, v.manifest.state.step, options.steps));
   torch::NoGradGuard no_grad;
-  p.params = read_parameters(v.files.at("model.pt"), dir + "/model.pt", model);
+  read_weights(p, topology, model, dir);
   p.rng_state = read_rng(v.files.at("rng.pt"), dir + "/rng.pt");
   load_optimizer_state(v.files, v.manifest, optimizer, topology, dir);
   return p;
 }
 
-void put_in_place(const Prepared& p, torch::nn::Module& model) {
-  put_parameters(p.params, model);
+void put_in_place(const Prepared& p, const Topology& topology, torch::nn::Module& model) {
+  if (p.range.defined()) put_range(p.range, topology.weight_pieces);
+  else put_parameters(p.params, model);
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(p.rng_state);
@@ -174,7 +195,7 @@ Attempt attempt(const std::string& dir, int64_t step, const CheckpointOptions& o
   a.agreed = agree(topology, mine);
   if (a.agreed.verdict == Verdict::kLoadable) {
     if (restoring && topology.rank == 0) log_changed_keys(prepared->verified, options);
-    put_in_place(*prepared, model);
+    put_in_place(*prepared, topology, model);
     spdlog::info("resumed from {} (step {}, {} skipped)", dir, prepared->verified.manifest.state.step,
                  prepared->verified.manifest.state.skipped_steps);
     a.state = prepared->verified.manifest.state;

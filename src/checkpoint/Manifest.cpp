@@ -1,5 +1,6 @@
 #include "checkpoint/Manifest.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <stdexcept>
@@ -55,7 +56,8 @@ bool plain_file_name(const std::string& name) {
 
 std::string Manifest::to_text() const {
   std::string out = "# shadowgrad checkpoint manifest; see docs/reliability.md\n";
-  out += fmt::format("format_version: {}\n", format_version);
+  const int64_t version = model_shards > 0 ? std::max(format_version, kModelShardsVersion) : format_version;
+  out += fmt::format("format_version: {}\n", version);
   out += fmt::format("step: {}\n", state.step);
   out += fmt::format("data_order: {}\n", state.step_order ? "steps" : "sequences");
   out += fmt::format("data_position: {}\n", data_position);
@@ -73,6 +75,7 @@ std::string Manifest::to_text() const {
   out += fmt::format("gradient_accumulation_steps: {}\n", gradient_accumulation_steps);
   out += fmt::format("world_size: {}\n", world_size);
   out += fmt::format("optimizer_shards: {}\n", optimizer_shards);
+  out += fmt::format("model_shards: {}\n", model_shards);
   out += "frozen_keys:\n";
   for (const auto& [key, value] : frozen) out += fmt::format("  {}: {}\n", key, double_quoted(value));
   out += "files:\n";
@@ -112,6 +115,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& path) {
     m.gradient_accumulation_steps = optional("gradient_accumulation_steps", -1);
     m.world_size = optional("world_size", -1);
     m.optimizer_shards = optional("optimizer_shards", 0);
+    m.model_shards = optional("model_shards", 0);
     // Before format 3 there is no data_order: example i of step s was key (s, i).
     const std::string order = root["data_order"] ? root["data_order"].as<std::string>() : "steps";
     if (order != "steps" && order != "sequences")

@@ -18,8 +18,11 @@ namespace shadowgrad::checkpoint {
 
 // Bumped whenever the layout or meaning of a checkpoint changes; newer formats are refused. Version 2 adds the
 // batch layout and ZeRO-1 optimizer shards; version 3 numbers examples by cumulative sequence (data_order) and keeps
-// the batch-size policy's state. Older manifests still load (version 1-2: data_order steps).
-inline constexpr int64_t kFormatVersion = 3;
+// the batch-size policy's state; version 4 adds ZeRO-3's model shards (model_shards), and only a checkpoint that has
+// them is written as version 4, so that an older trainer still reads every other one. Older manifests still load
+// (version 1-2: data_order steps).
+inline constexpr int64_t kFormatVersion = 4;
+inline constexpr int64_t kModelShardsVersion = 4;
 
 // Everything besides tensors that the training loop carries from one step to the next.
 struct TrainState {
@@ -46,7 +49,7 @@ struct FileEntry {
 };
 
 struct Manifest {
-  int64_t format_version = kFormatVersion;
+  int64_t format_version = 3;  // what to_text() writes: kModelShardsVersion when model_shards > 0
   TrainState state;
   // The next step's position in each stream. The data is a pure function of (seed, example index), examples
   // numbered by cumulative sequence (data_order: sequences), so data_position is state.sequences; with data_order
@@ -63,6 +66,8 @@ struct Manifest {
   int64_t global_batch = -1, per_device_batch_size = -1, gradient_accumulation_steps = -1, world_size = -1;
   // ZeRO-1: the optimizer state is in this many optimizer-shard-R-of-N.pt files instead of optimizer.pt (0).
   int64_t optimizer_shards = 0;
+  // ZeRO-3: the weights are in this many model-shard-R-of-N.pt files instead of model.pt (0).
+  int64_t model_shards = 0;
 
   std::string to_text() const;
   // Throws CorruptCheckpointError naming `path` when the checksum line, the YAML or a field is wrong, or when a file

@@ -12,6 +12,7 @@
 #include "checkpoint/Crc32.h"
 #include "checkpoint/DurableFile.h"
 #include "checkpoint/FlatOptimizerState.h"
+#include "checkpoint/WeightShards.h"
 
 namespace shadowgrad::checkpoint {
 namespace {
@@ -61,14 +62,19 @@ FlatOptimizerState gather_from_shards(const std::map<std::string, std::string>& 
 } // namespace
 
 bool needed_by(const Topology& topology, const Manifest& manifest, const std::string& name) {
-  if (!topology.sharded || manifest.optimizer_shards <= 0 || name.rfind("optimizer-shard-", 0) != 0) return true;
-  // Shard r of W holds [r * size, (r + 1) * size) with size = ceil(total / W), as ShardedOptimizer cuts them. Were
-  // that rule to change, a skipped shard would show up as "the optimizer shards cover X of the Y elements".
-  const int64_t total = total_elements(topology.params), world = manifest.optimizer_shards;
-  const int64_t size = (total + world - 1) / world;
-  for (int64_t r = 0; r < world; ++r)
-    if (name == shard_file_name(int(r), int(world)))
-      return r * size < topology.shard_begin + topology.shard_owned && topology.shard_begin < (r + 1) * size;
+  // Shard r of W holds [r * size, (r + 1) * size) with size = ceil(total / W), as ShardPlan cuts them. Were that
+  // rule to change, a skipped shard would show up as "the ... shards cover X of the Y elements".
+  auto overlaps = [&](int64_t world, auto file_name) {
+    const int64_t total = total_elements(topology.params), size = (total + world - 1) / world;
+    for (int64_t r = 0; r < world; ++r)
+      if (name == file_name(int(r), int(world)))
+        return r * size < topology.shard_begin + topology.shard_owned && topology.shard_begin < (r + 1) * size;
+    return true;
+  };
+  if (topology.sharded && manifest.optimizer_shards > 0 && name.rfind("optimizer-shard-", 0) == 0)
+    return overlaps(manifest.optimizer_shards, shard_file_name);
+  if (!topology.weight_pieces.empty() && manifest.model_shards > 0 && name.rfind("model-shard-", 0) == 0)
+    return overlaps(manifest.model_shards, weight_shard_file_name);
   return true;
 }
 
@@ -88,28 +94,42 @@ std::vector<FileEntry> save_optimizer_shards(const std::string& tmp_dir, torch::
   const int world = topology.world_size;
   if (topology.exchange({topology.rank == 0 ? int64_t(ready) : 0}).at(0) != 1)
     throw std::runtime_error("rank 0 could not create the checkpoint's temporary directory");
-  const std::string name = shard_file_name(topology.rank, world);
-  std::vector<int64_t> mine = {0, 0, 0};  // written?, bytes, crc32
+  const bool weights = !topology.weight_pieces.empty();
+  // Per rank: written?, then bytes and crc32 of its optimizer shard and (ZeRO-3) of its model shard.
+  std::vector<int64_t> mine = {0, 0, 0, 0, 0};
   std::string error;
   try {
     FlatOptimizerState slice = flatten(optimizer, 0, topology.shard_owned);
     slice.begin = topology.shard_begin;
-    DurableWriter w(tmp_dir + "/" + name);
+    DurableWriter w(tmp_dir + "/" + shard_file_name(topology.rank, world));
     serialize(w, [&](auto& archive) { write_flat_state(archive, slice, total_elements(topology.params)); });
     w.commit();
-    mine = {1, w.bytes(), int64_t(w.crc32())};
+    mine = {1, w.bytes(), int64_t(w.crc32()), 0, 0};
+    if (weights) {
+      DurableWriter m(tmp_dir + "/" + weight_shard_file_name(topology.rank, world));
+      serialize(m, [&](auto& archive) {
+        write_weight_shard(archive, topology.weight_pieces, topology.shard_begin, total_elements(topology.params));
+      });
+      m.commit();
+      mine[3] = m.bytes();
+      mine[4] = int64_t(m.crc32());
+    }
   } catch (const std::exception& e) {
+    mine[0] = 0;
     error = e.what();
   }
-  // Every rank learns whether every other one wrote its file, so all give up together or none does.
+  // Every rank learns whether every other one wrote its files, so all give up together or none does.
   const std::vector<int64_t> all = topology.exchange(mine);
   std::vector<FileEntry> entries;
   for (int r = 0; r < world; ++r) {
-    if (all.at(3 * r) != 1)
+    const int64_t* got = &all.at(5 * r);
+    if (got[0] != 1)
       throw std::runtime_error(r == topology.rank ? error
-                                                  : fmt::format("rank {} could not write its optimizer shard {}", r,
-                                                                shard_file_name(r, world)));
-    entries.push_back({shard_file_name(r, world), all[3 * r + 1], crc32_hex(uint32_t(all[3 * r + 2]))});
+                                                  : fmt::format("rank {} could not write its shards ({}{})", r,
+                                                                shard_file_name(r, world),
+                                                                weights ? ", " + weight_shard_file_name(r, world) : ""));
+    entries.push_back({shard_file_name(r, world), got[1], crc32_hex(uint32_t(got[2]))});
+    if (weights) entries.push_back({weight_shard_file_name(r, world), got[3], crc32_hex(uint32_t(got[4]))});
   }
   return entries;
 }

@@ -42,6 +42,10 @@ struct Topology {
   int64_t shard_begin = 0, shard_owned = 0;
   // The trainable parameters in their flat order: the shapes a whole optimizer is built over.
   std::vector<at::Tensor> params;
+  // ZeRO-3 of a full fine-tune: this process's pieces of those parameters (1-D, flat order, covering exactly the
+  // ZeRO-1 slice), the only copy of its weights. The checkpoint's weights are then model-shard files written by every
+  // rank (WeightShards.h) and loaded into these pieces. Empty: the model holds its whole weights.
+  std::vector<at::Tensor> weight_pieces;
   // Every process's `mine` (all the same length), concatenated in rank order: an all-gather, and a barrier.
   std::function<std::vector<int64_t>(const std::vector<int64_t>& mine)> exchange;
   // A fresh optimizer of the run's kind over `params` (the whole state): how optimizer.pt reaches a ZeRO-1 slice.
@@ -52,8 +56,8 @@ struct Topology {
 std::string shard_file_name(int rank, int world_size);
 
 // Collective (every rank of a sharded run calls it for the same checkpoint): writes this rank's slice into
-// `tmp_dir` and returns the manifest entries of every rank's shard file. `ready` is rank 0's word that tmp_dir
-// exists (rank 0 passes false when it could not create it; the others' value is not used). Throws
+// `tmp_dir` (and, with weight_pieces, its model shard) and returns the manifest entries of every rank's shard
+// files. `ready` is rank 0's word that tmp_dir exists (rank 0 passes false when it could not create it; the others' value is not used). Throws
 // std::runtime_error on every rank when rank 0 was not ready or any rank could not write its file, so no rank
 // waits for another that has given up.
 std::vector<FileEntry> save_optimizer_shards(const std::string& tmp_dir, torch::optim::Optimizer& optimizer,
@@ -70,7 +74,8 @@ void cancel_shards(const std::string& tmp_dir, torch::optim::Optimizer& optimize
 std::vector<std::string> optimizer_files(const Manifest& manifest);
 
 // Whether this process needs the bytes of checkpoint file `name` to load: every file but the optimizer shards that
-// do not overlap its ZeRO-1 slice (they are still read once, for their CRC).
+// do not overlap its ZeRO-1 slice, and under ZeRO-3 the model shards that do not (they are still read once, for their
+// CRC).
 bool needed_by(const Topology& topology, const Manifest& manifest, const std::string& name);
 
 // Loads the optimizer state of a verified checkpoint (`files`: name -> bytes, at least those needed_by() this

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -12,16 +13,20 @@
 
 #include "checkpoint/Checkpointer.h"
 #include "checkpoint/StepFiles.h"
+#include "checkpoint/WeightShards.h"
 
 namespace shadowgrad::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-// Step `step` of `dir`, checked as a resume checks it (checkpoint/StepFiles.h), model.pt alone; the model is not
-// touched.
+// Step `step` of `dir`, checked as a resume checks it (checkpoint/StepFiles.h), its weight files alone (model.pt, or
+// a ZeRO-3 run's model shards put together); the model is not touched.
 std::vector<at::Tensor> read_weights(const std::string& dir, int64_t step, torch::nn::Module& model) {
   const Manifest manifest = read_manifest(dir, step);
-  return read_parameters(read_listed_file(dir, listed(manifest, "model.pt", dir)), dir + "/model.pt", model);
+  std::map<std::string, std::string> files;
+  for (const auto& name : model_files(manifest)) files[name] = read_listed_file(dir, listed(manifest, name, dir));
+  if (manifest.model_shards > 0) return read_sharded_parameters(files, manifest, dir, model);
+  return read_parameters(files.at("model.pt"), dir + "/model.pt", model);
 }
 
 } // namespace

@@ -7,8 +7,8 @@
 //   model::Decoder model(model::DecoderOptions::from_config(cfg));   // cfg: the run's config.yml
 //   const int64_t step = checkpoint::load_weights(run_dir, -1, *model);   // the latest loadable step-N
 //
-// What is loaded is exactly model.named_parameters(), by name, from step-N/model.pt; a tensor the file holds beyond
-// them is ignored. With lora_rank > 0 those are the adapters: the frozen base is the model's buffers, which the caller
+// What is loaded is exactly model.named_parameters(), by name, from step-N/model.pt (or, in flat order, from a ZeRO-3
+// run's model-shard files put together); a tensor the file holds beyond them is ignored. With lora_rank > 0 those are the adapters: the frozen base is the model's buffers, which the caller
 // fills from load_parameters_path.
 #include <cstdint>
 #include <string>

@@ -23,6 +23,8 @@ checkpoint::Topology checkpoint_topology(TrainStep& step) {
     t.sharded = true;
     t.shard_begin = zero->shard_begin();
     t.shard_owned = zero->shard_owned();
+    // ZeRO-3 of a full fine-tune: the optimizer steps the weight shards' own pieces, the only copy of this range.
+    if (step.parameter_shards() && !step.model()->options().lora.enabled()) t.weight_pieces = zero->pieces();
   }
   t.make_whole_optimizer = [options = step.options().optimizer](const std::vector<at::Tensor>& params) {
     return make_optimizer(options, params);

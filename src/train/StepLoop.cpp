@@ -232,9 +232,7 @@ class StepLoop {
     const int stop = agreed_stop(signals_, step_.data_parallel());
     if (start_.checkpoints &&
         (start_.checkpoints->due(state.step) || ((stop || last || evaluated) && cfg_.enable_checkpointing))) {
-      step_.gather_weights(/*for_checkpoint=*/true);  // ZeRO-3: model.pt holds the whole weights
       start_.checkpoints->save(state, *step_.model(), step_.optimizer());
-      step_.release_weights(/*adopt=*/false, /*for_checkpoint=*/true);
     }
     if (!stop) return;
     progress_.finish();

@@ -121,12 +121,12 @@ TrainStep::~TrainStep() {
   model_->set_unit_hooks({});    // and the unit hooks into weights_
 }
 
-void TrainStep::gather_weights(bool for_checkpoint) {
-  if (weights_ && !(for_checkpoint && model_->options().lora.enabled())) weights_->gather_all();
+void TrainStep::gather_weights() {
+  if (weights_) weights_->gather_all();
 }
 
-void TrainStep::release_weights(bool adopt, bool for_checkpoint) {
-  if (!weights_ || (for_checkpoint && model_->options().lora.enabled())) return;
+void TrainStep::release_weights(bool adopt) {
+  if (!weights_) return;
   if (adopt) weights_->adopt_values();
   weights_->release_all();
 }

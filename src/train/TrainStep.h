@@ -139,12 +139,12 @@ class TrainStep {
   model::Decoder& model() { return model_; }
   // ZeRO-3 (shard_parameters_over_data): this process's range of the weights; null otherwise.
   distributed::ParameterShards* parameter_shards() { return weights_.get(); }
-  // What reads or writes the whole weights (a checkpoint's save or restore, loading or fingerprinting the starting
-  // weights) runs between these two under ZeRO-3: every unit gathered, then given back; `adopt`: the pieces take the
-  // values written into the whole tensors meanwhile. Collective; no-ops without ZeRO-3. `for_checkpoint`: no-ops
-  // under LoRA too, whose checkpoints hold the adapters alone.
-  void gather_weights(bool for_checkpoint = false);
-  void release_weights(bool adopt, bool for_checkpoint = false);
+  // What reads or writes the whole weights (loading or fingerprinting the starting weights for a preference run's
+  // reference) runs between these two under ZeRO-3: every unit gathered, then given back; `adopt`: the pieces take
+  // the values written into the whole tensors meanwhile. Collective; no-ops without ZeRO-3. Checkpoints need neither:
+  // each process writes and reads its own model shard (checkpoint/WeightShards.h).
+  void gather_weights();
+  void release_weights(bool adopt);
   const StepOptions& options() const { return options_; }
   // The gradient noise scale's EMAs (null when gradient_noise_scale is off or there is one microbatch in all):
   // restored from and saved into checkpoints.

@@ -248,9 +248,8 @@ RunSummary Training::run() {
     reference->score_eval_from_start();
     step.release_weights(/*adopt=*/false);
   }
-  step.gather_weights(/*for_checkpoint=*/true);  // ZeRO-3: a checkpoint's weights are whole
+  // ZeRO-3: the checkpoint's weights go straight into this process's pieces (checkpoint/WeightShards.h).
   StartPoint start = open_run(cfg_, dp.get(), model, step.optimizer(), checkpoint_topology(step));
-  step.release_weights(/*adopt=*/true, /*for_checkpoint=*/true);
   const bool budget_spent = cfg_.train_tokens > 0 && start.state.sequences >= cfg_.train_examples();
   if (start.state.step > 0 && (start.state.step == cfg_.steps || budget_spent)) return finish_from_disk(start, step, meter);
   if (start.dir && start.state.step == 0 && !cfg_.load_parameters_path.empty()) {
