@@ -7,7 +7,8 @@
 # Cost: about 3-4 minutes on 2 cores with the default shape (0.27 B parameters: width 1024, 12 layers, MLP 4096,
 # vocab 32000), 2 steps per run, one thread per process; peak memory about 9 GiB in all (the N=4 runs).
 #
-# Usage: bench/sharded_memory.sh [--small | --1.1b]
+# Usage: [ONLY="zero3s_2 zero3s_4"] [SKIP_ONE=1] bench/sharded_memory.sh [--small | --1.1b]
+#   ONLY: run just the named cases (the names below); SKIP_ONE=1: not the one-process row
 #   --small: a 2-layer width-128 shape, to check the script in seconds
 #   --1.1b:  TinyLlama's 1.1 B shape (width 2048, 22 layers, MLP 5632, 32 heads, 4 KV heads, vocab 32000), at N = 1, 2
 #            and 4 with ZeRO-3 (carry sharded) only: up to about 19 GiB in all, 10-15 minutes on 2 cores
@@ -34,6 +35,7 @@ fi
 case_run() {
   local name=$1 n=$2 k=$3
   shift 3
+  [[ -z ${ONLY:-} || " $ONLY " == *" $name "* ]] || return 0
   local log=$out/$name.log
   if ((n == 1)); then
     "$repo/build/trainer" "$repo/configs/base.yml" "${shape[@]}" "${common[@]}" run_name="$name" \
@@ -47,11 +49,18 @@ import re, sys
 name, n, log = sys.argv[1], int(sys.argv[2]), open(sys.argv[3]).read()
 mem = re.findall(r"(?:\[rank (\d+)\].*?)?memory on this process: tensors peaked at ([\d.]+) MiB; weights ([\d.]+) MiB, "
                  r"shadow tree ([\d.]+) MiB, optimizer state ([\d.]+) MiB; peak RSS ([\d.]+) MiB", log)
+# by rank: the model built and loaded (its peak so far), and the steps alone (without the start's gathers)
+built = {r or "0": v for r, v in re.findall(r"(?:\[rank (\d+)\].*?)?model built: tensors peaked at ([\d.]+) MiB", log)}
+steps = {r or "0": v for r, v in re.findall(r"(?:\[rank (\d+)\].*?)?the steps alone peaked at ([\d.]+) MiB", log)}
 col = re.findall(r"collectives on this process: (\d+) all_reduce, (\d+) all_gather, (\d+) broadcast, (\d+) bytes", log)
 for i, m in enumerate(mem):
     sent = f"{int(col[i][3]) / 2 / 2**20:9.1f}" if i < len(col) else "      -"
     print(f"{name:18s} N={n} rank {m[0] or 0}: tensors peak {float(m[1]):8.1f} MiB | weights {float(m[2]):7.1f} "
           f"shadow {float(m[3]):7.1f} optimizer {float(m[4]):7.1f} | RSS {float(m[5]):8.1f} MiB | MiB sent/step {sent}")
+    r = m[0] or "0"
+    if r in built and r in steps:
+        print(f"{name:18s} N={n} rank {r}: built and loaded at {float(built[r]):8.1f} MiB | steps alone "
+              f"{float(steps[r]):8.1f} MiB")
 plan = re.search(r"memory plan of each of the \d+ processes: .*?at least ([\d.]+) (GiB|MiB)", log)
 if plan:
     planned = float(plan.group(1)) * (1024 if plan.group(2) == "GiB" else 1)

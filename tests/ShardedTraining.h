@@ -15,6 +15,7 @@
 #include "distributed/ParameterShards.h"
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
+#include "train/ModelBuild.h"
 #include "train/TrainStep.h"
 
 namespace sharded_training {
@@ -47,8 +48,10 @@ ShardedTrace train_sharded(const config::Config& c, int steps, distributed::Comm
   std::shared_ptr<distributed::DataParallel> dp;
   if (comm) dp = std::make_shared<distributed::DataParallel>(share(*comm), distributed::DataParallelOptions::from_config(c));
   auto source = data::make_source(data::DataOptions::from_config(c));
-  train::TrainStep step(train::StepOptions::from_config(c), model::Decoder(model::DecoderOptions::from_config(c)),
-                        *source, c10::Device(c10::kCPU), dp);
+  // As the trainer builds it: under ZeRO-3 unit by unit, each process keeping its range (train/ModelBuild.h).
+  train::BuiltModel built = train::build_model(c, {}, dp.get(), c10::Device(c10::kCPU));
+  train::TrainStep step(train::StepOptions::from_config(c), built.model, *source, c10::Device(c10::kCPU), dp,
+                        std::move(built.shards));
   ShardedTrace t;
   for (int s = 0; s < steps; ++s) {
     const auto before = comm ? comm->counts() : distributed::CollectiveCounts{};

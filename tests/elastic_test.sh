@@ -6,8 +6,9 @@
 #     both after the same step with such a checkpoint;
 #   - ZeRO-2 (shard_gradients_over_data) resumed 4 -> 2 -> 1 processes and 1 -> 4, within 1e-6 of unbroken runs;
 #     ZeRO-3 (shard_parameters_over_data, both carry modes) the same: each rank writes its model shard (no model.pt),
-#     the checkpoint exports, a damaged or missing model shard exits 2 on every rank naming it, kill -9 of both
-#     processes resumes from their shards, and per_device_batch_size=auto plans and trains;
+#     the checkpoint exports, and that export read back as load_parameters_path by 4 ZeRO-3 processes (built unit by
+#     unit) is within 1e-6 of one process; a damaged or missing model shard exits 2 on every rank naming it, kill -9
+#     of both processes resumes from their shards, and per_device_batch_size=auto plans and trains;
 #   - resume at another process count with the same global batch (8 = per_device_batch_size 2 x K x WORLD_SIZE):
 #     2x2 -> 1x4, 1x4 -> 2x2, 4x1 -> 2x2, ZeRO-1 2x2 -> 1x4 and -> ZeRO-1 4x1, whole 1x4 -> ZeRO-1 2x2; each within
 #     1e-5 relative of continuing unchanged, every step (the max rel diff is printed; bitwise is reported, not
@@ -185,6 +186,12 @@ tight p1_to_z3 p1_straight "1 process K=4 -> ZeRO-3 4 processes K=1"
 "$(dirname "$TRAINER")/export_hf" "$runs/p1_to_z3" "$tmp/z3_hf" >"$tmp/z3_export.log" 2>&1 ||
   { cat "$tmp/z3_export.log"; fail "export_hf of a ZeRO-3 run failed"; }
 [[ -f $tmp/z3_hf/model.safetensors ]] || fail "the ZeRO-3 export has no model.safetensors"
+# That model directory as load_parameters_path: 4 ZeRO-3 processes build and read it unit by unit, as one process reads
+# it whole.
+train_ok hf1 1 6 gradient_accumulation_steps=4 load_parameters_path="$tmp/z3_hf"
+train_ok hf_z3 4 6 gradient_accumulation_steps=1 "${z3[@]}" load_parameters_path="$tmp/z3_hf"
+grep -q "weights from $tmp/z3_hf" "$log" || fail "the ZeRO-3 run did not read the model directory"
+tight hf_z3 hf1 "from a model directory: ZeRO-3 4 processes K=1 (built unit by unit) against 1 process K=4"
 
 echo "== a damaged ZeRO-3 model shard: every rank exits 2 naming the file, none hangs in a collective"
 cp -r "$runs/p1_to_z3" "$runs/z3_bad"  # step-6 written by 4 ZeRO-3 processes

@@ -28,6 +28,7 @@
 #include "hub/Import.h"
 #include "hub/SafeTensors.h"
 #include "model/Decoder.h"
+#include "train/MemoryProbe.h"
 
 using namespace shadowgrad;
 namespace fs = std::filesystem;
@@ -420,6 +421,13 @@ TEST_CASE("model directory: a crafted config.json exits 2 naming it, before anyt
   fs::resize_file(huge / "model.safetensors", 8 + text.size() + at);
   REQUIRE(at > (uint64_t(1) << 42));
   expect_refused(huge, "GiB as weight_dtype=float32 alone, more than this process may take");
+  // Under ZeRO-3 no process holds the whole weights (train/ModelBuild.h): the trainer's per-process plan refuses them.
+  auto sharded = untouched_tiny_config();
+  sharded.load_parameters_path = huge.string();
+  sharded.shard_optimizer_over_data = sharded.shard_parameters_over_data = true;
+  CHECK_NOTHROW(hub::configure_from_model_dir(sharded));
+  CHECK_THROWS_WITH(train::refuse_what_cannot_fit(sharded, c10::Device(c10::kCPU), 4),
+                    Catch::Contains("the model does not fit, found before allocating it"));
   for (const auto& d : {valid, vocab, layers, huge}) fs::remove_all(d);
 }
 

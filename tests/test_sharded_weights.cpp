@@ -110,18 +110,21 @@ TEST_CASE("sharded weights with a bf16 carry stay within the bf16 tolerance of o
   }
 }
 
-TEST_CASE("the pre-start plan counts each process's range of the weights, two gathered units, and the whole model "
-          "held once at the start",
+TEST_CASE("the pre-start plan counts each process's range of the weights and two gathered units, and the whole model "
+          "at the start only where rank 0 probes the microbatch",
           "[sharded][zero3][memory]") {
-  const auto c = zero3_config(2, true, config::GradDtype::float32);
+  auto c = zero3_config(2, true, config::GradDtype::float32);
   const auto ranks = train_sharded_ranks(2, c, 1);
   const memory::Footprint plan = train::footprint_from_config(c, 2), whole = train::footprint_from_config(c, 1);
   INFO("plan: weights " << plan.weights << "; rank 0 holds " << ranks[0].weight_bytes << ", gathered at most "
                         << ranks[0].gathered_high << ", largest unit " << ranks[0].largest_unit);
   CHECK(plan.weights == ranks[0].weight_bytes + 2 * ranks[0].largest_unit);  // rank 0 holds ceil(T / 2) elements
   CHECK(ranks[0].gathered_high <= 2 * ranks[0].largest_unit);
-  CHECK(plan.whole_at_start == whole.weights);
-  CHECK(plan.total() >= whole.weights);
+  CHECK(plan.whole_at_start == 0);  // built unit by unit (test_sharded_build.cpp)
+  CHECK(plan.total() < whole.total());
+  c.per_device_batch_size = config::kAuto;  // rank 0 probes the whole model: built whole first
+  c.global_batch_size = 8;
+  CHECK(train::footprint_from_config(c, 2).whole_at_start == whole.weights);
 }
 
 namespace {

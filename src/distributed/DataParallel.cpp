@@ -21,8 +21,7 @@
 
 namespace shadowgrad::distributed {
 
-uint64_t checksum(const std::vector<at::Tensor>& tensors) {
-  uint64_t h = util::kFnv1aOffset;
+uint64_t checksum(const std::vector<at::Tensor>& tensors, uint64_t h) {
   for (const auto& t : tensors) {
     at::Tensor c = t.detach().to(at::kCPU).contiguous();
     h = util::block_hash_chain(c.data_ptr(), size_t(c.nbytes()), h);
@@ -162,9 +161,9 @@ std::vector<int64_t> DataParallel::all_gather_ints(const std::vector<int64_t>& m
   return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + world * n);
 }
 
-void DataParallel::verify_same_start(const std::vector<at::Tensor>& params) {
+void DataParallel::verify_same_start(const std::vector<at::Tensor>& params, uint64_t after) {
   const int world = world_size();
-  const std::vector<int64_t> all = all_gather_ints({int64_t(config_hash_), int64_t(checksum(params))});
+  const std::vector<int64_t> all = all_gather_ints({int64_t(config_hash_), int64_t(checksum(params, after))});
   const char* what[2] = {"the resolved config (same CONFIG and key=value overrides on every process)",
                          "the initial weights (same init_weights_seed and model keys on every process)"};
   for (int k = 0; k < 2; ++k)

@@ -20,6 +20,7 @@
 #include <c10/core/Device.h>
 
 #include "distributed/DataParallelOptions.h"
+#include "util/Hash.h"
 
 namespace shadowgrad::accumulate {
 class ShadowAccumulator;
@@ -82,8 +83,10 @@ class DataParallel {
   std::vector<int64_t> all_gather_ints(const std::vector<int64_t>& mine);
 
   // Checks that every process starts from the same config and the same initial weights: one all_gather of
-  // two 64-bit checksums. Throws std::runtime_error naming the ranks that differ.
-  void verify_same_start(const std::vector<at::Tensor>& params);
+  // two 64-bit checksums. Throws std::runtime_error naming the ranks that differ. `after`: the checksum of the
+  // weights hashed before (ZeRO-3 hashes each unit while it is whole, ParameterShards::start_checksum), which
+  // `params` continue.
+  void verify_same_start(const std::vector<at::Tensor>& params, uint64_t after = util::kFnv1aOffset);
 
  private:
   void sum_rider(const at::Tensor& rider);  // reduce_gradients' rider: one all_reduce after the gradient
@@ -100,7 +103,8 @@ class DataParallel {
   bool logged_buckets_ = false;
 };
 
-// 64-bit checksum of the tensors' bytes (util/BlockHash.h, every byte: two trees match only if every bit does).
-uint64_t checksum(const std::vector<at::Tensor>& tensors);
+// 64-bit checksum of the tensors' bytes (util/BlockHash.h, every byte: two trees match only if every bit does),
+// chained after `h`: checksum(b, checksum(a)) == checksum(a then b).
+uint64_t checksum(const std::vector<at::Tensor>& tensors, uint64_t h = util::kFnv1aOffset);
 
 } // namespace shadowgrad::distributed

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "distributed/Communicator.h"
+#include "distributed/DataParallel.h"
 
 namespace shadowgrad::distributed {
 
@@ -23,10 +24,10 @@ struct ParameterShards::Unit {
 
 namespace {
 
-std::vector<int64_t> numels(const std::vector<std::vector<at::Tensor>>& units) {
-  std::vector<int64_t> n;
+int64_t total_numel(const std::vector<std::vector<at::Tensor>>& units) {
+  int64_t n = 0;
   for (const auto& u : units)
-    for (const auto& t : u) n.push_back(t.numel());
+    for (const auto& t : u) n += t.numel();
   return n;
 }
 
@@ -48,43 +49,53 @@ void allocate_storage(const at::Tensor& t, size_t nbytes) {
 
 ParameterShards::ParameterShards(std::shared_ptr<Communicator> comm, std::vector<std::vector<at::Tensor>> units,
                                  bool reshard_after_forward)
+    : ParameterShards(std::move(comm), total_numel(units), int64_t(units.size()), reshard_after_forward) {
+  for (size_t u = 0; u < units.size(); ++u) adopt(int64_t(u), std::move(units[u]));
+}
+
+ParameterShards::ParameterShards(std::shared_ptr<Communicator> comm, int64_t total, int64_t units,
+                                 bool reshard_after_forward)
     : comm_(std::move(comm)),
       reshard_after_forward_(reshard_after_forward),
-      plan_(numels(units), comm_->rank(), comm_->world_size()) {
+      plan_(total, comm_->rank(), comm_->world_size()),
+      checksum_(util::kFnv1aOffset) {
+  for (int64_t u = 0; u < units; ++u) units_.push_back(std::make_unique<Unit>());
+}
+
+void ParameterShards::adopt(int64_t u, std::vector<at::Tensor> tensors) {
+  if (u != adopted_ || u >= int64_t(units_.size()))
+    throw std::logic_error(fmt::format("ParameterShards: unit {} adopted after {} of {}", u, adopted_, units_.size()));
   at::NoGradGuard no_grad;
-  int64_t flat = 0;
-  for (auto& tensors : units) {
-    auto unit = std::make_unique<Unit>();
-    unit->begin = flat;
-    unit->first = tensors_.size();
-    unit->count = tensors.size();
-    for (const auto& t : tensors) {
-      if (t.scalar_type() != tensors.front().scalar_type() || t.device() != tensors.front().device())
-        throw std::invalid_argument("ParameterShards: a unit's tensors must share one dtype and device");
-      unit->numel += t.numel();
-    }
-    if (!tensors.empty()) {
-      // The unit's tensors become views of one flat buffer holding their values.
-      unit->buffer = at::empty({unit->numel}, tensors.front().options());
-      int64_t at = 0;
-      for (auto& t : tensors) {
-        unit->buffer.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
-        t.set_(unit->buffer.storage(), at, t.sizes(), t.contiguous().strides());
-        at += t.numel();
-      }
-    }
-    for (auto& t : tensors) tensors_.push_back(t);
-    flat += unit->numel;
-    units_.push_back(std::move(unit));
+  Unit& unit = *units_[u];
+  unit.begin = plan_.placed();
+  unit.first = tensors_.size();
+  unit.count = tensors.size();
+  for (const auto& t : tensors) {
+    if (t.scalar_type() != tensors.front().scalar_type() || t.device() != tensors.front().device())
+      throw std::invalid_argument("ParameterShards: a unit's tensors must share one dtype and device");
+    unit.numel += t.numel();
   }
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    const Piece& p = plan_.piece(i);
+  checksum_ = checksum(tensors, checksum_);
+  if (!tensors.empty()) {
+    // The unit's tensors become views of one flat buffer holding their values.
+    unit.buffer = at::empty({unit.numel}, tensors.front().options());
+    int64_t at = 0;
+    for (auto& t : tensors) {
+      unit.buffer.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
+      t.set_(unit.buffer.storage(), at, t.sizes(), t.contiguous().strides());
+      at += t.numel();
+    }
+  }
+  for (auto& t : tensors) {
+    const Piece& p = plan_.add(t.numel());
     piece_of_.push_back(p.numel > 0 ? int64_t(pieces_.size()) : -1);
-    if (p.numel > 0) pieces_.push_back(tensors_[i].detach().view({-1}).narrow(0, p.offset, p.numel).clone());
+    if (p.numel > 0) pieces_.push_back(t.detach().view({-1}).narrow(0, p.offset, p.numel).clone());
+    tensors_.push_back(t);
   }
-  for (auto& u : units_) gathered_bytes_ += u->buffer.defined() ? u->bytes() : 0;
-  release_all();
-  gathered_high_ = 0;  // what training gathers, not the whole model it started from
+  ++adopted_;
+  // Given back at once: what training gathers is counted, not the unit it was built from.
+  if (unit.buffer.defined()) free_storage(unit.buffer);
+  unit.gathered = false;
 }
 
 // No collective here: a destructor may run while another process has gone. Whoever reads the model after the run
@@ -92,6 +103,9 @@ ParameterShards::ParameterShards(std::shared_ptr<Communicator> comm, std::vector
 ParameterShards::~ParameterShards() = default;
 
 model::DecoderImpl::UnitHooks ParameterShards::hooks() {
+  if (adopted_ != int64_t(units_.size()) || plan_.placed() != plan_.total())
+    throw std::logic_error(fmt::format("ParameterShards: {} of {} units adopted, {} of {} elements", adopted_,
+                                       units_.size(), plan_.placed(), plan_.total()));
   model::DecoderImpl::UnitHooks h;
   h.forward_begin = [this](int64_t u) {
     gather(u);

@@ -3,7 +3,11 @@
 // of the model's base tensors, and a unit's whole tensors (a decoder block, the embedding, the final norm with the
 // output) exist only around the unit's use.
 //
-//   ParameterShards shards(comm, model->unit_tensors(), reshard_after_forward);
+//   ParameterShards shards(comm, model->unit_tensors(), reshard_after_forward);   // a model built whole, or:
+//   ParameterShards shards(comm, base_elements, units, reshard_after_forward);    // before the model, then
+//   model::Decoder model(options, [&](int64_t u, model::DecoderImpl& m) { shards.adopt(u, m.unit_tensors()[u]); });
+//                                     // each unit cut as it is built: no process ever holds the whole model
+//   dp->verify_same_start(..., shards.start_checksum());
 //   optimizer over shards.pieces()    // a full fine-tune: the master weights of this range, as ZeRO-1's pieces
 //   model->set_unit_hooks(shards.hooks());
 //   ... forward/backward: each unit is gathered before use and released after ...
@@ -37,12 +41,23 @@ class ParameterShards {
   // starting values, the same on every process. Keeps this process's pieces, then releases every unit.
   ParameterShards(std::shared_ptr<Communicator> comm, std::vector<std::vector<at::Tensor>> units,
                   bool reshard_after_forward);
+  // Before the model exists: `total` elements of base tensors (model::count_weights(o).base) in `units` units, each
+  // then given to adopt() as it is built.
+  ParameterShards(std::shared_ptr<Communicator> comm, int64_t total, int64_t units, bool reshard_after_forward);
   ~ParameterShards();
+
+  // Unit `unit`'s tensors (as unit_tensors() lists them), whole, with their starting values: this process keeps its
+  // pieces, the unit's hash joins start_checksum(), and its storage is given back. Units come in order 0, 1, ...;
+  // throws std::logic_error otherwise, or when the tensors pass `total`.
+  void adopt(int64_t unit, std::vector<at::Tensor> tensors);
+  // distributed::checksum of every adopted tensor in flat order (of the whole weights, though never held whole):
+  // what verify_same_start compares across processes.
+  uint64_t start_checksum() const { return checksum_; }
 
   const ShardPlan& plan() const { return plan_; }
   // This process's pieces of the unit tensors, 1-D, in flat order, the non-empty ones only.
   const std::vector<at::Tensor>& pieces() const { return pieces_; }
-  // The hooks that gather and release units as the model runs.
+  // The hooks that gather and release units as the model runs. Throws std::logic_error while units are missing.
   model::DecoderImpl::UnitHooks hooks();
   // Cast before the gather (MaxText's order): with a compute dtype narrower than the stored one (bf16 compute, fp32
   // weights), every matrix (2-D or more) travels in it and lands widened again. The model casts each matrix to the
@@ -79,6 +94,8 @@ class ParameterShards {
   std::vector<int64_t> piece_of_;         // tensor index -> index into pieces_, -1 when empty
   int64_t gathered_bytes_ = 0, gathered_high_ = 0;
   std::optional<c10::ScalarType> travel_dtype_;  // cast_before_gather's, when narrower than the weights
+  int64_t adopted_ = 0;  // units adopted so far
+  uint64_t checksum_;
 };
 
 } // namespace shadowgrad::distributed

@@ -18,22 +18,37 @@ std::vector<int64_t> numels_of(const std::vector<at::Tensor>& params) {
 
 ShardPlan::ShardPlan(const std::vector<at::Tensor>& params, int rank, int world) : ShardPlan(numels_of(params), rank, world) {}
 
-ShardPlan::ShardPlan(const std::vector<int64_t>& numels, int rank, int world) {
+namespace {
+int64_t sum(const std::vector<int64_t>& numels) {
+  int64_t t = 0;
+  for (int64_t n : numels) t += n;
+  return t;
+}
+} // namespace
+
+ShardPlan::ShardPlan(const std::vector<int64_t>& numels, int rank, int world) : ShardPlan(sum(numels), rank, world) {
+  for (int64_t n : numels) add(n);
+}
+
+ShardPlan::ShardPlan(int64_t total, int rank, int world) : total_(total) {
   if (world < 1 || rank < 0 || rank >= world)
     throw std::invalid_argument(fmt::format("ShardPlan: rank {} is outside [0, {})", rank, world));
-  for (int64_t n : numels) total_ += n;
   if (total_ < world)
     throw std::invalid_argument(fmt::format("ShardPlan: {} parameter elements cannot be cut among {} processes", total_,
                                             world));
   size_ = (total_ + world - 1) / world;
   begin_ = std::min(total_, int64_t(rank) * size_);
   owned_ = std::min(total_, begin_ + size_) - begin_;
-  int64_t first = 0;  // flat index of the parameter's first element
-  for (int64_t n : numels) {
-    const int64_t lo = std::max(begin_, first), hi = std::min(begin_ + owned_, first + n);
-    pieces_.push_back(hi > lo ? Piece{lo - first, hi - lo} : Piece{0, 0});
-    first += n;
-  }
+}
+
+const Piece& ShardPlan::add(int64_t n) {
+  if (placed_ + n > total_)
+    throw std::logic_error(fmt::format("ShardPlan: a tensor of {} elements after {} passes the plan's total {}", n,
+                                       placed_, total_));
+  const int64_t first = placed_, lo = std::max(begin_, first), hi = std::min(begin_ + owned_, first + n);
+  pieces_.push_back(hi > lo ? Piece{lo - first, hi - lo} : Piece{0, 0});
+  placed_ += n;
+  return pieces_.back();
 }
 
 std::vector<at::Tensor> ShardPlan::piece_views(const std::vector<at::Tensor>& tensors) const {

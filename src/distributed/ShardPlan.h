@@ -25,6 +25,12 @@ class ShardPlan {
   // rank is outside [0, world) or there are fewer elements than processes.
   ShardPlan(const std::vector<at::Tensor>& params, int rank, int world);
   ShardPlan(const std::vector<int64_t>& numels, int rank, int world);
+  // The range alone, from the total: the tensors' pieces follow with add(), in flat order (ZeRO-3 builds the model
+  // unit by unit, ParameterShards.h, before every tensor exists).
+  ShardPlan(int64_t total, int rank, int world);
+  // The next tensor's piece; throws std::logic_error past the total.
+  const Piece& add(int64_t numel);
+  int64_t placed() const { return placed_; }  // elements of the tensors added so far
 
   int64_t total() const { return total_; }
   int64_t shard_size() const { return size_; }  // S = ceil(T / N): every range but the last has S elements
@@ -37,7 +43,7 @@ class ShardPlan {
   std::vector<at::Tensor> piece_views(const std::vector<at::Tensor>& tensors) const;
 
  private:
-  int64_t total_ = 0, size_ = 0, begin_ = 0, owned_ = 0;
+  int64_t total_ = 0, size_ = 0, begin_ = 0, owned_ = 0, placed_ = 0;
   std::vector<Piece> pieces_;
 };
 

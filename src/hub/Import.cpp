@@ -84,7 +84,9 @@ void check_config_against_weights(const HfConfig& hf, const config::Config& cfg,
   }
   const double bytes = numel * (cfg.weight_dtype == config::FloatDtype::bfloat16 ? 2 : 4);
   const memory::MemoryHeadroom headroom = memory::read_headroom();
-  if (headroom.bytes >= 0 && bytes > double(headroom.bytes))
+  // Under ZeRO-3 no process holds the whole weights (train/ModelBuild.h): the trainer's pre-start plan checks each
+  // process's share (train/MemoryProbe.h), knowing the process count.
+  if (headroom.bytes >= 0 && bytes > double(headroom.bytes) && !cfg.shard_parameters_over_data)
     throw ModelFileError(fmt::format("{}: its model has {:.4g} parameters, {:.1f} GiB as weight_dtype={} alone, more "
                                      "than this process may take ({}); training needs several times that",
                                      config_json, numel, bytes / double(1 << 30), config::to_string(cfg.weight_dtype),
@@ -125,7 +127,8 @@ HfConfig configure_from_model_dir(config::Config& cfg) {
   return hf;
 }
 
-void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model) {
+void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model,
+                     const std::function<bool(const std::string& ours)>& only) {
   std::vector<SafeTensorsFile> files;
   std::map<std::string, std::pair<size_t, const TensorInfo*>> where;  // HF name -> (file, entry)
   for (const auto& path : weight_files(dir)) files.push_back(SafeTensorsFile::open(path));
@@ -153,6 +156,7 @@ void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Modu
   }
   at::NoGradGuard no_grad;
   for (const auto& [name, ours] : names) {
+    if (only && !only(ours)) continue;
     auto it = where.find(name);
     if (it == where.end()) throw ModelFileError(fmt::format("{}: tensor '{}' is missing", dir, name));
     const SafeTensorsFile& file = files[it->second.first];

@@ -6,6 +6,7 @@
 //   HfConfig hf = configure_from_model_dir(cfg);            // cfg.load_parameters_path's config.json -> cfg
 //   load_hf_weights(cfg.load_parameters_path, hf, *model);  // every tensor, or ModelFileError naming file and tensor
 //   carry_model_files(cfg.load_parameters_path, run_dir);   // tokenizer files, config.json, source.json -> run_dir/hf
+#include <functional>
 #include <string>
 
 #include "config/Config.h"
@@ -27,7 +28,10 @@ HfConfig configure_from_model_dir(config::Config& cfg);
 
 // Copies every tensor the family's name map lists into `model`'s parameter of that name. Throws ModelFileError for a
 // missing or unexpected tensor, or one whose shape differs from the parameter's (that is, from config.json).
-void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model);
+// `only`, when set, picks the tensors by our name: a model built unit by unit (ZeRO-3, train/ModelBuild.h) reads each
+// unit as it is built, so that the whole model is never held.
+void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model,
+                     const std::function<bool(const std::string& ours)>& only = {});
 
 // Copies config.json and the tokenizer and generation files present into carried_dir(run_dir), and writes there
 // source.json naming the directory and its weight files.

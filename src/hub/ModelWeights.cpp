@@ -21,16 +21,19 @@ WeightSources run_weights(const config::Config& cfg, const std::string& run_dir,
   return s;
 }
 
+std::string resolve_base(const WeightSources& sources) {
+  if (sources.base.empty() || sources.recorded_by.empty()) return sources.base;
+  // Where the run recorded its base, so a run started with a relative path loads from any directory; and the files
+  // it recorded there, so adapters never land on a base that changed under them.
+  const std::string dir = run_base_dir(sources.base, sources.recorded_by);
+  verify_base_record(dir, sources.recorded_by);
+  return dir;
+}
+
 Loaded load_model_weights(const WeightSources& sources, const config::Config& cfg, torch::nn::Module& model) {
   Loaded got;
   if (!sources.base.empty()) {
-    got.base = sources.base;
-    if (!sources.recorded_by.empty()) {
-      // Where the run recorded its base, so a run started with a relative path loads from any directory; and the
-      // files it recorded there, so adapters never land on a base that changed under them.
-      got.base = run_base_dir(sources.base, sources.recorded_by);
-      verify_base_record(got.base, sources.recorded_by);
-    }
+    got.base = resolve_base(sources);
     const HfConfig hf = read_hf_config((std::filesystem::path(got.base) / "config.json").string());
     load_hf_weights(got.base, hf, model);
     got.architecture = hf.family->architecture;

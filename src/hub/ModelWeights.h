@@ -39,6 +39,11 @@ struct Loaded {
 // the frozen base it recorded when it is a LoRA run built on a model directory.
 WeightSources run_weights(const config::Config& cfg, const std::string& run_dir, int64_t step);
 
+// The base directory of `sources` as load_model_weights reads it: a run's recorded base resolved and checked against
+// its record (ModelFileError naming the file); "" when there is none. For a caller that reads the base by parts
+// (load_hf_weights with a filter), once.
+std::string resolve_base(const WeightSources& sources);
+
 // Reads `sources` into `model`: the base, then the adapter, then the checkpoint. Throws what the readers throw
 // (ModelFileError naming the file for a base or adapter that is missing, changed or does not fit; InputError or
 // CorruptCheckpointError for the checkpoint), the model then partly filled.

@@ -21,8 +21,10 @@ struct Footprint {
   int64_t optimizer_state = 0;  // after the first update (this process's slice under ZeRO-1)
   int64_t weight_casts = 0;     // hoist_weight_cast: the trained weights in the compute dtype, held through a step
   int64_t activations = 0;      // a lower bound: what backward keeps of one microbatch
-  // shard_parameters_over_data: every process builds (or loads) the whole model before it keeps its range, so the
-  // whole weights are held once at the start, whatever the parts above add up to afterwards.
+  // shard_parameters_over_data where rank 0 probes the microbatch (per_device_batch_size=auto, memory_budget_mib):
+  // every process builds (or loads) the whole model before it keeps its range, so the whole weights are held once at
+  // the start. 0 otherwise: the model is built unit by unit into the range (train/ModelBuild.h), and checkpoints are
+  // written and read per process.
   int64_t whole_at_start = 0;
   // Saturating: a part that is INT64_MAX (a shape too big to count, util/Saturating.h) keeps the total there.
   int64_t total() const {

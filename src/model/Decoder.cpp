@@ -69,7 +69,7 @@ DecoderOptions DecoderOptions::from_config(const config::Config& c) {
   return o;
 }
 
-DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
+DecoderImpl::DecoderImpl(const DecoderOptions& o, const UnitBuilt& unit_built) : options_(o) {
   if (o.num_query_heads % o.num_kv_heads != 0)
     throw ConfigError(fmt::format("num_query_heads ({}) must be a multiple of num_kv_heads ({})", o.num_query_heads,
                                   o.num_kv_heads));
@@ -90,6 +90,10 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
   const int64_t E = o.emb_dim, Q = o.num_query_heads * o.head_dim, KV = o.num_kv_heads * o.head_dim;
   // A tied embedding is also the output projection, so it starts at the output's scale.
   embedding_ = param("embedding", {o.vocab_size, E}, o.tied_output ? 0.02 : 1.0);
+  auto built = [&](int64_t unit) {
+    if (unit_built) unit_built(unit, *this);
+  };
+  built(0);
   for (int64_t i = 0; i < o.num_layers; ++i) {
     const std::string p = fmt::format("layer{}_", i);
     Block b;
@@ -122,9 +126,11 @@ DecoderImpl::DecoderImpl(const DecoderOptions& o) : options_(o) {
       b.lora[int(proj)].b = register_parameter(name + "_lora_b", at::zeros({out, r}, at::kFloat));
     }
     blocks_.push_back(b);
+    built(i + 1);
   }
   final_norm_ = param("final_norm", {E}, 0);
   output_ = o.tied_output ? embedding_ : param("output", {o.vocab_size, E}, 0.02);
+  built(o.num_layers + 1);
 
   // RoPE tables are computed once, in fp64, and stored in the compute dtype (half-split convention).
   auto inv_freq = rope_inverse_frequencies(o.rope_max_timescale, o.head_dim, o.rope_scaling);

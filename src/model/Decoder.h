@@ -51,7 +51,11 @@ struct KvCache {
 
 class DecoderImpl : public torch::nn::Module {
  public:
-  explicit DecoderImpl(const DecoderOptions& options);
+  // Called once per unit (see UnitHooks), right after the unit's tensors are created and initialised and before the
+  // next unit's are: ZeRO-3 cuts each unit as it is built (train/ModelBuild.h), so that no process holds the whole
+  // model. The weights drawn are the same with or without it.
+  using UnitBuilt = std::function<void(int64_t unit, DecoderImpl& model)>;
+  explicit DecoderImpl(const DecoderOptions& options, const UnitBuilt& unit_built = {});
 
   // segments, positions: optional [B,T] int64. With segments, token i attends to token j only when j <= i and both
   // have the same segment id (block-causal: packed sequences never see one another); with positions, RoPE rotates
@@ -112,7 +116,9 @@ class DecoderImpl : public torch::nn::Module {
   // The base tensors of each unit (parameters, or the frozen buffers under LoRA; never adapters), in registration
   // order, so that their concatenation is parameters()'s order for a full fine-tune.
   std::vector<std::vector<torch::Tensor>> unit_tensors();
-  int64_t num_units() const { return int64_t(blocks_.size()) + 2; }
+  int64_t num_units() const { return options_.num_layers + 2; }
+  // The unit of a base tensor by its name; -1 for an adapter, the RoPE tables and the mask.
+  int64_t unit_of(const std::string& name) const;
   // A forward of one token whose result is dropped: under ZeRO-3 a process with no batch left in a loop where the
   // others still have one runs it, so that every process gathers the same units in the same order. Run it in the
   // grad mode of the others' forwards (a unit kept for a backward must be kept here too).

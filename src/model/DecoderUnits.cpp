@@ -26,16 +26,19 @@ torch::Tensor DecoderImpl::hooked_block(const Block& b, const torch::Tensor& x, 
   return y;
 }
 
+int64_t DecoderImpl::unit_of(const std::string& name) const {
+  if (name.find("_lora_") != std::string::npos || name == "rope_cos" || name == "rope_sin" || name == "causal_mask")
+    return -1;
+  if (name == "embedding") return 0;
+  if (name == "final_norm" || name == "output") return num_units() - 1;
+  if (name.rfind("layer", 0) == 0) return std::stoll(name.substr(5)) + 1;
+  throw std::logic_error("unit_of: no unit for '" + name + "'");
+}
+
 std::vector<std::vector<torch::Tensor>> DecoderImpl::unit_tensors() {
   std::vector<std::vector<torch::Tensor>> units(num_units());
   auto add = [&](const std::string& name, const torch::Tensor& t) {
-    if (name.find("_lora_") != std::string::npos || name == "rope_cos" || name == "rope_sin" || name == "causal_mask")
-      return;
-    int64_t unit = 0;
-    if (name == "final_norm" || name == "output") unit = num_units() - 1;
-    else if (name.rfind("layer", 0) == 0) unit = std::stoll(name.substr(5)) + 1;
-    else if (name != "embedding") throw std::logic_error("unit_tensors: no unit for '" + name + "'");
-    units[unit].push_back(t);
+    if (const int64_t unit = unit_of(name); unit >= 0) units[unit].push_back(t);
   };
   for (const auto& p : named_parameters(/*recurse=*/false)) add(p.key(), p.value());
   for (const auto& p : named_buffers(/*recurse=*/false)) add(p.key(), p.value());

@@ -126,10 +126,12 @@ memory::Footprint footprint_from_config(const config::Config& cfg, int64_t world
   const auto trained_dtype = lora ? c10::kFloat : o.weight_dtype;
   memory::Footprint f;
   f.weights = n.bytes;
-  // shard_parameters_over_data: this process's range of the base, and the two units gathered at once.
+  // shard_parameters_over_data: this process's range of the base, and the two units gathered at once. The model is
+  // built unit by unit into that range (train/ModelBuild.h), within the same two units; only where rank 0 probes the
+  // microbatch is it built whole first.
   if (cfg.shard_parameters_over_data && world_size > 1) {
     const int64_t base_size = int64_t(c10::elementSize(o.weight_dtype));
-    f.whole_at_start = n.bytes;
+    if (probes_microbatch(cfg)) f.whole_at_start = n.bytes;
     f.weights = sat_add(sat_mul(sat_add((n.base + world_size - 1) / world_size, sat_mul(2, largest_unit_elements(o))),
                                 base_size),
                         sat_mul(n.adapters, 4));

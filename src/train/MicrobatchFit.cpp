@@ -80,10 +80,14 @@ int64_t decide(const config::Config& cfg, model::Decoder& model, const data::Dat
 
 } // namespace
 
+bool probes_microbatch(const config::Config& cfg) {
+  return cfg.per_device_batch_size == config::kAuto || cfg.memory_budget_mib > 0;
+}
+
 void fit_microbatch(config::Config& cfg, model::Decoder& model, const data::DataSource& source, c10::Device device,
                     distributed::DataParallel* dp, int64_t world_size) {
   const bool automatic = cfg.per_device_batch_size == config::kAuto;
-  if (!automatic && cfg.memory_budget_mib <= 0) return;
+  if (!probes_microbatch(cfg)) return;
   const int rank = dp ? dp->rank() : 0;
   int64_t chosen = 0;
   std::string refusal;

@@ -31,7 +31,11 @@ class DataParallel;
 
 namespace shadowgrad::train {
 
-// Does nothing unless per_device_batch_size is auto or memory_budget_mib > 0.
+// Whether fit_microbatch probes: per_device_batch_size is auto or memory_budget_mib > 0. Rank 0 alone then runs the
+// whole model, so ZeRO-3 builds it whole first (train/ModelBuild.h).
+bool probes_microbatch(const config::Config& cfg);
+
+// Does nothing unless probes_microbatch(cfg).
 void fit_microbatch(config::Config& cfg, model::Decoder& model, const data::DataSource& source, c10::Device device,
                     distributed::DataParallel* dp, int64_t world_size);
 

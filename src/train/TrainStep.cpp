@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
@@ -30,12 +31,20 @@ std::function<bool(int64_t)>& nan_fault_hook() {
   return hook;
 }
 
-// ZeRO-3: every process checks it starts from the same weights while it still holds them whole, then keeps its range.
-std::unique_ptr<distributed::ParameterShards> shard_weights(distributed::DataParallel* dp, model::Decoder& model) {
-  if (!dp || !dp->shard_parameters()) return nullptr;
-  dp->verify_same_start(model->parameters());
-  auto shards = std::make_unique<distributed::ParameterShards>(dp->shared_communicator(), model->unit_tensors(),
-                                                               dp->reshard_after_forward());
+// ZeRO-3: the weights cut here from the whole model, unless the model was built cut (`built`). Every process checks it
+// starts from the same weights: each unit was hashed while it was whole (ParameterShards::start_checksum), and a LoRA
+// run's adapters, which are not cut, are hashed after them.
+std::unique_ptr<distributed::ParameterShards> shard_weights(distributed::DataParallel* dp, model::Decoder& model,
+                                                            std::unique_ptr<distributed::ParameterShards> built) {
+  if (!dp || !dp->shard_parameters()) {
+    if (built) throw std::logic_error("TrainStep: weight shards given to a run without shard_parameters_over_data");
+    return nullptr;
+  }
+  auto shards = built ? std::move(built)
+                      : std::make_unique<distributed::ParameterShards>(dp->shared_communicator(), model->unit_tensors(),
+                                                                       dp->reshard_after_forward());
+  dp->verify_same_start(model->options().lora.enabled() ? model->parameters() : std::vector<at::Tensor>{},
+                        shards->start_checksum());
   shards->cast_before_gather(model->options().compute_dtype);  // bf16 travels under bf16 compute
   model->set_unit_hooks(shards->hooks());
   return shards;
@@ -46,6 +55,11 @@ void TrainStep::set_nan_fault_hook(std::function<bool(int64_t)> hook) { nan_faul
 
 TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::DataSource& source, c10::Device device,
                      std::shared_ptr<distributed::DataParallel> dp)
+    : TrainStep(o, std::move(model), source, device, std::move(dp), nullptr) {}
+
+TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::DataSource& source, c10::Device device,
+                     std::shared_ptr<distributed::DataParallel> dp,
+                     std::unique_ptr<distributed::ParameterShards> weights)
     : options_(o),
       model_(std::move(model)),
       source_(source),
@@ -54,7 +68,7 @@ TrainStep::TrainStep(const StepOptions& o, model::Decoder model, const data::Dat
       micro_batch_(o.microbatch),
       micro_steps_(o.accumulation_steps),
       schedule_(o.lr_schedule(o.microbatch * o.accumulation_steps * (dp ? dp->world_size() : 1))),
-      weights_(shard_weights(dp.get(), model_)),
+      weights_(shard_weights(dp.get(), model_, std::move(weights))),
       // With sharded gradients the shadow tree is this process's range of it (DataParallel::gradient_ranges).
       accumulator_(std::make_unique<accumulate::ShadowAccumulator>(
           model_->parameters(), o.grad_dtype,

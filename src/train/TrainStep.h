@@ -111,6 +111,10 @@ class TrainStep {
   static void set_nan_fault_hook(std::function<bool(int64_t step)> hook);
   TrainStep(const StepOptions& options, model::Decoder model, const data::DataSource& source, c10::Device device,
             std::shared_ptr<distributed::DataParallel> dp = nullptr);
+  // ZeRO-3 with the model built unit by unit (train/ModelBuild.h): `weights` holds this process's range already, and
+  // the whole model never existed. With a null `weights` the model is cut here, as the constructor above does.
+  TrainStep(const StepOptions& options, model::Decoder model, const data::DataSource& source, c10::Device device,
+            std::shared_ptr<distributed::DataParallel> dp, std::unique_ptr<distributed::ParameterShards> weights);
   ~TrainStep();
 
   // The step with the options' fixed global batch (first_sequence = step x global batch).

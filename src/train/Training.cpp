@@ -32,6 +32,7 @@
 #include "train/Evaluator.h"
 #include "train/MemoryProbe.h"
 #include "train/MicrobatchFit.h"
+#include "train/ModelBuild.h"
 #include "train/PreferenceReference.h"
 #include "train/Runtime.h"
 #include "train/Signals.h"
@@ -59,10 +60,11 @@ void log_process_memory(TrainStep& step, const memory::MemoryMeter& meter) {
                  "at most {:.1f} MiB at once",
                  double(weights) / kMiB, double(shards->gathered_bytes_high()) / kMiB);
   spdlog::info("memory on this process: tensors peaked at {:.1f} MiB; weights {:.1f} MiB, shadow tree {:.1f} MiB, "
-               "optimizer state {:.1f} MiB; peak RSS {:.1f} MiB",
+               "optimizer state {:.1f} MiB; peak RSS {:.1f} MiB; the steps alone peaked at {:.1f} MiB",
                double(meter.run_peak()) / kMiB, double(weights) / kMiB,
                double(step.accumulator().bytes()) / kMiB,
-               double(memory::optimizer_state_bytes(step.optimizer())) / kMiB, double(usage.ru_maxrss) / 1024.0);
+               double(memory::optimizer_state_bytes(step.optimizer())) / kMiB, double(usage.ru_maxrss) / 1024.0,
+               double(meter.max_step_peak()) / kMiB);
   if (auto* dp = step.data_parallel()) {
     const auto& c = dp->communicator().counts();  // counted in the communicator, not estimated
     spdlog::info("collectives on this process: {} all_reduce, {} all_gather, {} broadcast, {} bytes contributed",
@@ -114,7 +116,7 @@ std::shared_ptr<distributed::DataParallel> connect(const config::Config& cfg, c1
 // and adapters from lora_restore_path (hub/ModelWeights.h). A run with a checkpoint to resume reads neither: the
 // checkpoint overwrites every parameter, with the optimizer's state (open_run). A LoRA run's checkpoint holds only the
 // adapters, so its frozen base is read again, from where the run recorded it.
-void load_pretrained(const config::Config& cfg, torch::nn::Module& model) {
+hub::WeightSources pretrained_sources(const config::Config& cfg) {
   hub::WeightSources sources;
   if (!checkpoint::can_resume(cfg)) {
     sources.base = cfg.load_parameters_path;
@@ -123,7 +125,10 @@ void load_pretrained(const config::Config& cfg, torch::nn::Module& model) {
     sources = hub::run_weights(cfg, checkpoint::run_dir_of(cfg), -1);  // exit 2 naming the file if the base changed
     sources.checkpoint.clear();                                        // open_run restores it
   }
-  const hub::Loaded got = hub::load_model_weights(sources, cfg, model);
+  return sources;
+}
+
+void log_pretrained(const config::Config& cfg, const hub::WeightSources& sources, const hub::Loaded& got) {
   if (!got.base.empty() && !sources.recorded_by.empty())
     spdlog::info("frozen base read again from {}, as the run recorded it", cfg.load_parameters_path);
   else if (!got.base.empty())
@@ -210,9 +215,13 @@ RunSummary Training::run() {
   auto dp = connect(cfg_, device_);
   const int world = dp ? dp->world_size() : 1;
   refuse_what_cannot_fit(cfg_, device_, world);  // exit 2, naming the figure, before the model is allocated
-  model::Decoder model(model::DecoderOptions::from_config(cfg_));
-  load_pretrained(cfg_, *model);  // load_parameters_path, unless the run resumes from its own checkpoint
-  model->to(device_);
+  // The seeded init, then load_parameters_path unless the run resumes from its own checkpoint; ZeRO-3: unit by unit.
+  const hub::WeightSources sources = pretrained_sources(cfg_);
+  BuiltModel built = build_model(cfg_, sources, dp.get(), device_);
+  log_pretrained(cfg_, sources, built.loaded);
+  // What building and loading took (ZeRO-3: the range and about one unit, train/ModelBuild.h).
+  spdlog::info("model built: tensors peaked at {:.1f} MiB so far", double(meter.window_peak_bytes()) / (1024.0 * 1024.0));
+  model::Decoder model = built.model;
   auto* pairs = dynamic_cast<data::PairSource*>(source_.get());
   // per_device_batch_size=auto's probe runs the preference loss on pairs before the reference exists; it measures
   // memory only, so zeros stand in, and the reference pass replaces them before step 1.
@@ -223,7 +232,7 @@ RunSummary Training::run() {
   const BatchPolicyOptions batches = BatchPolicyOptions::from_config(cfg_, world);
   StepOptions options = StepOptions::from_config(cfg_);
   if (batches.changes()) options.max_accumulation_steps = batches.largest_batch() / (cfg_.per_device_batch_size * world);
-  TrainStep step(options, model, *source_, device_, dp);
+  TrainStep step(options, model, *source_, device_, dp, std::move(built.shards));
 
   std::optional<ReferencePass> reference;  // use_dpo: the reference log-probs (PreferenceReference.h)
   if (pairs)
