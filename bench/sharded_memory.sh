@@ -7,8 +7,9 @@
 # Cost: about 3-4 minutes on 2 cores with the default shape (0.27 B parameters: width 1024, 12 layers, MLP 4096,
 # vocab 32000), 2 steps per run, one thread per process; peak memory about 9 GiB in all (the N=4 runs).
 #
-# Usage: [ONLY="zero3s_2 zero3s_4"] [SKIP_ONE=1] bench/sharded_memory.sh [--small | --1.1b]
-#   ONLY: run just the named cases (the names below); SKIP_ONE=1: not the one-process row
+# Usage: [ONLY="zero3s_2 zero3s_4"] [SKIP_ONE=1] [EXTRA="key=value ..."] bench/sharded_memory.sh [--small | --1.1b]
+#   ONLY: run just the named cases (the names below); SKIP_ONE=1: not the one-process row; EXTRA: keys every run
+#   adds (cpu_allocator_cache_mib=0 keeps each process's RSS near its tensors, for 4 processes of 1.1 B on 24 GiB)
 #   --small: a 2-layer width-128 shape, to check the script in seconds
 #   --1.1b:  TinyLlama's 1.1 B shape (width 2048, 22 layers, MLP 5632, 32 heads, 4 KV heads, vocab 32000), at N = 1, 2
 #            and 4 with ZeRO-3 (carry sharded) only: up to about 19 GiB in all, 10-15 minutes on 2 cores
@@ -22,6 +23,8 @@ shape=(base_emb_dim=1024 base_num_query_heads=16 base_num_kv_heads=16 head_dim=6
 common=(steps=2 dtype=float32 weight_dtype=float32 grad_dtype=bfloat16 opt_type=adamw num_threads=1
         enable_checkpointing=false gradient_noise_scale=false base_output_directory="$out/runs" log_period=1
         grad_reduce_bucket_mb=25)
+read -ra extra <<<"${EXTRA:-}"
+common+=("${extra[@]}")
 if [[ ${1:-} == --1.1b ]]; then
   shape=(base_emb_dim=2048 base_num_query_heads=32 base_num_kv_heads=4 head_dim=64 base_mlp_dim=5632
          base_num_decoder_layers=22 vocab_size=32000 max_target_length=32 per_device_batch_size=1)
