@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Intent: dataset_type=sft with the real trainer, 1 and 2 processes (ranks started by hand on loopback):
 #   - 2 processes K=2 against 1 process K=4 (global batch 8 rows; the two ranks' rows hold different target counts):
-#     every step's loss and eval_loss within 1e-5 relative (fp32), packed and unpacked (torchtune #2980's case);
+#     every step's loss and eval_loss within 1e-5 relative (fp32), packed and unpacked (torchtune #2980's case), and
+#     the same with ZeRO-3 (weights, carry and optimizer state sharded);
 #   - resume: 2 processes trained 3 steps then resumed to 6 give bitwise the 6 straight steps' losses, and 1 process
 #     resumed from a 2-process checkpoint reads the same rows (losses within 1e-5);
 #   - eval over every held-out example once: with learning_rate=0, eval_loss packed = unpacked and does not depend on
@@ -48,6 +49,11 @@ for packing in true false; do
   run "p2_$packing" 2 6 packing=$packing per_device_batch_size=2 gradient_accumulation_steps=2
   close "p2_$packing" "p1_$packing" loss 1e-5
   close "p2_$packing" "p1_$packing" eval_loss 1e-5
+  # ZeRO-3 with the carry sharded on the same ragged rows: weights, carry and moments cut 1/2, the same numbers.
+  run "z3_$packing" 2 6 packing=$packing per_device_batch_size=2 gradient_accumulation_steps=2 \
+    shard_optimizer_over_data=true shard_gradients_over_data=true shard_parameters_over_data=true
+  close "z3_$packing" "p1_$packing" loss 1e-5
+  close "z3_$packing" "p1_$packing" eval_loss 1e-5
   # The ranks' halves of a global batch hold different target counts: the case a per-rank mean gets wrong.
   grep -q '"target_tokens"' "$runs/p1_$packing/metrics.jsonl" || fail "no target_tokens in metrics.jsonl"
   grep -q '"padding_fraction"' "$runs/p1_$packing/metrics.jsonl" || fail "no padding_fraction in metrics.jsonl"
