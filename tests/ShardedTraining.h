@@ -16,6 +16,7 @@
 #include "memory/MemoryReport.h"
 #include "model/Decoder.h"
 #include "train/ModelBuild.h"
+#include "train/NoiseScale.h"
 #include "train/TrainStep.h"
 
 namespace sharded_training {
@@ -28,6 +29,9 @@ struct ShardedTrace {
   int64_t shadow_bytes = 0, optimizer_bytes = 0;
   // ZeRO-3: this rank's range of the weights, the most gathered at once, the largest unit
   int64_t weight_bytes = 0, gathered_high = 0, largest_unit = 0;
+  // The gradient noise scale's EMAs after the last step (its per-microbatch norms and the global one); updates 0 when
+  // there is no estimate
+  train::NoiseScaleState noise;
   distributed::CollectiveCounts last_step;
 };
 
@@ -65,6 +69,7 @@ ShardedTrace train_sharded(const config::Config& c, int steps, distributed::Comm
     t.loss.push_back(stats.loss);
     t.grad_norm.push_back(stats.grad_norm);
   }
+  if (const auto* gns = step.noise_scale()) t.noise = gns->state();
   if (auto* shards = step.parameter_shards()) {
     t.weight_bytes = memory::tensor_bytes(shards->pieces());
     t.gathered_high = shards->gathered_bytes_high();

@@ -32,6 +32,10 @@ void check_against_one(const std::vector<ShardedTrace>& ranks, const ShardedTrac
       CHECK(t.loss[s] == Approx(ref.loss[s]).epsilon(1e-6));
       CHECK(t.grad_norm[s] == Approx(ref.grad_norm[s]).epsilon(1e-6));
     }
+    // The noise scale from each microbatch's local norm and the shards' global one, as one process measures them.
+    CHECK(t.noise.updates == ref.noise.updates);
+    CHECK(t.noise.ema_grad_sq == Approx(ref.noise.ema_grad_sq).epsilon(1e-5));
+    CHECK(t.noise.ema_trace == Approx(ref.noise.ema_trace).epsilon(1e-5));
     const double err = relative_error::worst_rel_diff(t.weights, ref.weights);
     INFO("weights: " << err);
     CHECK(err <= weight_bound);
@@ -51,6 +55,7 @@ TEST_CASE("sharded weights, fp32 with AdamW, both carry modes: every step's loss
         const auto ranks = train_sharded_ranks(world, zero3_config(k, shard_grads, config::GradDtype::float32), 4);
         // As for ZeRO-2 (test_sharded.cpp): at 4 processes x K=4 plain data parallel itself measures 1.2e-5.
         check_against_one(ranks, ref, world == 4 && k == 4 ? 5e-5 : 1e-5);
+        CHECK(ref.noise.updates == 4);  // the noise scale was measured at every step, and compared above
         int64_t whole = 0, held = 0;
         for (const auto& w : ref.weights) whole += w.numel() * int64_t(w.element_size());
         for (const ShardedTrace& t : ranks) {
