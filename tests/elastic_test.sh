@@ -186,6 +186,12 @@ tight p1_to_z3 p1_straight "1 process K=4 -> ZeRO-3 4 processes K=1"
 "$(dirname "$TRAINER")/export_hf" "$runs/p1_to_z3" "$tmp/z3_hf" >"$tmp/z3_export.log" 2>&1 ||
   { cat "$tmp/z3_export.log"; fail "export_hf of a ZeRO-3 run failed"; }
 [[ -f $tmp/z3_hf/model.safetensors ]] || fail "the ZeRO-3 export has no model.safetensors"
+# generate reads the run's model shards as export_hf does: the same greedy tokens from the run and from its export.
+gen=("$(dirname "$TRAINER")/generate" --prompt-ids "3 1 4 1 5" --max-new 6 --threads 1)
+from_run=$("${gen[@]}" "$runs/p1_to_z3" 2>"$tmp/gen_run.log") || { cat "$tmp/gen_run.log"; fail "generate from a ZeRO-3 run failed"; }
+from_hf=$("${gen[@]}" "$tmp/z3_hf" 2>"$tmp/gen_hf.log") || { cat "$tmp/gen_hf.log"; fail "generate from the ZeRO-3 export failed"; }
+[[ -n $from_run && $from_run == "$from_hf" ]] || fail "generate: '$from_run' from the ZeRO-3 run, '$from_hf' from its export"
+echo "generate from the ZeRO-3 run and from its export: $from_run"
 # That model directory as load_parameters_path: 4 ZeRO-3 processes build and read it unit by unit, as one process reads
 # it whole.
 train_ok hf1 1 6 gradient_accumulation_steps=4 load_parameters_path="$tmp/z3_hf"
