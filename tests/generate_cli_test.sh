@@ -57,7 +57,7 @@ echo "exit 0: generate --prompt-ids '1 2 3' --max-new 5: $out"
 # scripts/generate.sh: a word-level tokenizer within the tiny model's 64 ids, with a chat template.
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export SHADOWGRAD_GENERATE=$generate
-"$repo/.venv/bin/python" - "$tmp/tok" <<'PY' || fail "making the tokenizer"
+"${SHADOWGRAD_VENV:-$repo/.venv}/bin/python" - "$tmp/tok" <<'PY' || fail "making the tokenizer"
 import sys
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast

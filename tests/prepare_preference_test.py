@@ -6,20 +6,19 @@ naming FILE:LINE (or FILE:row N) and the field; a control that the parser catche
 
 Usage: prepare_preference_test.py REPO   (run by the venv's python: it needs tokenizers, transformers, numpy, pyarrow)
 The tiny word-level tokenizer of prepare_sft_test.py is built here, so nothing is downloaded.
-Cost: ~20 s of CPU (about thirty runs of the script, ~1 s each where it loads the tokenizer).
+The script runs twice as a user runs it (a success and an exit 2); its other runs call scripts/lib/prepare_preference.py's
+main() in this process (prepare_sft_test.py's run_main), since a new process per run paid the imports again (about 1 s
+of CPU each).
+Cost: ~10 s of CPU (about thirty runs of the preparer).
 """
 import json
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prepare_sft_test import check, jsonl, make_tokenizer, parquet  # noqa: E402
-
-REPO = sys.argv[1]
-SCRIPT = os.path.join(REPO, "scripts", "prepare_preference.sh")
+from prepare_sft_test import check, jsonl, make_tokenizer, parquet, run_main, run_script  # noqa: E402
 
 
 def read_pairs(path):
@@ -50,15 +49,11 @@ def read_pairs(path):
     return out
 
 
-def run(args, expect=0):
-    env = dict(os.environ, SHADOWGRAD_VENV=sys.prefix)  # this interpreter's venv
-    r = subprocess.run([SCRIPT] + args, capture_output=True, text=True, env=env)
-    if r.returncode != expect:
-        sys.exit(f"FAIL: prepare_preference.sh {' '.join(args)} exited {r.returncode}, expected {expect}\n"
-                 f"{r.stdout}{r.stderr}")
-    if "Traceback" in r.stderr:
-        sys.exit(f"FAIL: a traceback from prepare_preference.sh {' '.join(args)}\n{r.stderr}")
-    return r.stdout + r.stderr
+def run(args, expect=0, script=False):
+    """prepare_preference with ARGS: through scripts/prepare_preference.sh with SCRIPT, else its main() in this
+    process."""
+    return (run_script("prepare_preference.sh", args, expect) if script
+            else run_main("prepare_preference", args, expect))
 
 
 def main():
@@ -75,7 +70,7 @@ def main():
     src = jsonl(d, "std.jsonl", [{"prompt": "what is the capital of france", "chosen": " paris",
                                   "rejected": " the cat"}, "", {"prompt": "hello", "chosen": " hi", "rejected": " hi"}])
     out_path = os.path.join(d, "new", "dir", "std.pair")
-    out = run([src, out_path] + tok)
+    out = run([src, out_path] + tok, script=True)
     pairs = read_pairs(out_path)
     check(pairs == [(v("what is the capital of france"), v("paris") + [eos], v("the cat") + [eos]),
                     (v("hello"), v("hi") + [eos], v("hi") + [eos])],
@@ -220,7 +215,7 @@ def main():
         src = jsonl(d, name, lines)
         out = run([src, os.path.join(d, "bad.pair")] + extra, expect=2)
         check(src + expected in out, f"{name}: exit 2 with '{name}{expected}'")
-    out = run([jsonl(d, "unknown.jsonl", [{"question": "x"}]), os.path.join(d, "bad.pair")], expect=2)
+    out = run([jsonl(d, "unknown.jsonl", [{"question": "x"}]), os.path.join(d, "bad.pair")], expect=2, script=True)
     check(all(f in out for f in ("standard", "conversational", "implicit", "pre-tokenized")),
           "an unknown form lists the forms known")
 

@@ -7,8 +7,13 @@ truncation and dropping; the output's directory created (prepare_prompts.sh's to
 
 Usage: prepare_sft_test.py REPO   (run by the venv's python: it needs tokenizers, transformers and numpy)
 A tiny word-level Hugging Face tokenizer with a chat template is built here, so nothing is downloaded.
-Cost: ~20 s of CPU (about twenty-five runs of the script, ~1 s each where it loads the tokenizer).
+The script runs twice as a user runs it (a success and an exit 2); its other runs call scripts/lib/prepare_sft.py's
+main() in this process (run_main), since a new process per run paid the imports again (about 1 s of CPU each).
+Cost: ~10 s of CPU (twenty-five runs of the preparer).
 """
+import contextlib
+import importlib
+import io
 import json
 import os
 import struct
@@ -18,6 +23,7 @@ import tempfile
 
 REPO = sys.argv[1]
 SCRIPT = os.path.join(REPO, "scripts", "prepare_sft.sh")
+sys.path.insert(0, os.path.join(REPO, "scripts", "lib"))  # the preparers' modules, for run_main
 WORDS = ("the a of cat dog sat on mat what is capital france paris answer question hello hi below instruction "
          "describes task write response that appropriately completes request paired with input provides further "
          "context ### Below Write Instruction: Input: Response: . ,").split()
@@ -59,12 +65,39 @@ def read_sft(path):
     return [(ids[a:b], flags[a:b]) for a, b in zip(offsets, offsets[1:])]
 
 
-def run(args, expect=0):
+def run_script(script, args, expect=0):
+    """scripts/SCRIPT with ARGS in a process of its own, as a user runs it; returns what it printed. An exit code
+    other than EXPECT, or a traceback, fails the test."""
     env = dict(os.environ, SHADOWGRAD_VENV=sys.prefix)  # this interpreter's venv
-    r = subprocess.run([SCRIPT] + args, capture_output=True, text=True, env=env)
+    r = subprocess.run([os.path.join(REPO, "scripts", script)] + args, capture_output=True, text=True, env=env)
     if r.returncode != expect or "Traceback" in r.stderr:
-        sys.exit(f"FAIL: prepare_sft.sh {' '.join(args)} exited {r.returncode}, expected {expect}\n{r.stdout}{r.stderr}")
+        sys.exit(f"FAIL: {script} {' '.join(args)} exited {r.returncode}, expected {expect}\n{r.stdout}{r.stderr}")
     return r.stdout + r.stderr
+
+
+def run_main(module, args, expect=0):
+    """scripts/lib/MODULE.py's main() with ARGS as its command line, in this process, as scripts/MODULE.sh runs it;
+    returns what it printed. An exit code other than EXPECT fails the test; an exception (the script's traceback)
+    propagates and fails it too."""
+    out, argv, code = io.StringIO(), sys.argv, 0
+    sys.argv = [module] + args
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            importlib.import_module(module).main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        if isinstance(e.code, str):
+            out.write(e.code + "\n")
+    finally:
+        sys.argv = argv
+    if code != expect:
+        sys.exit(f"FAIL: {module} {' '.join(args)} exited {code}, expected {expect}\n{out.getvalue()}")
+    return out.getvalue()
+
+
+def run(args, expect=0, script=False):
+    """prepare_sft with ARGS: through scripts/prepare_sft.sh with SCRIPT, else its main() in this process."""
+    return run_script("prepare_sft.sh", args, expect) if script else run_main("prepare_sft", args, expect)
 
 
 def jsonl(directory, name, rows):
@@ -100,7 +133,7 @@ def main():
     # completion carries its leading space.
     src = jsonl(d, "pc.jsonl", [{"prompt": "what is the capital of france", "completion": " paris"}, "",
                                 {"prompt": "hello", "completion": " hi hi"}])
-    out = run([src, os.path.join(d, "pc.sft")] + tok)
+    out = run([src, os.path.join(d, "pc.sft")] + tok, script=True)
     ex = read_sft(os.path.join(d, "pc.sft"))
     eos = vocab["</s>"]
     check(ex[0] == (v("what is the capital of france") + v("paris") + [eos], [0] * 6 + [1, 1]),
@@ -207,10 +240,7 @@ def main():
 
     # prepare_prompts.sh creates its output's directory too.
     prompts = os.path.join(d, "p", "q", "prompts.jsonl")
-    r = subprocess.run([os.path.join(REPO, "scripts", "prepare_prompts.sh"), os.path.join(d, "pc.jsonl"), prompts]
-                       + tok, capture_output=True, text=True, env=dict(os.environ, SHADOWGRAD_VENV=sys.prefix))
-    if r.returncode != 0:
-        sys.exit(f"FAIL: prepare_prompts.sh exited {r.returncode}\n{r.stdout}{r.stderr}")
+    run_script("prepare_prompts.sh", [os.path.join(d, "pc.jsonl"), prompts] + tok)
     check(len(open(prompts).readlines()) == 2, "prepare_prompts.sh writes into a directory that did not exist")
 
     # Bad lines: exit 2 naming FILE:LINE.
@@ -231,7 +261,7 @@ def main():
         src = jsonl(d, name, lines)
         out = run([src, os.path.join(d, "bad.sft")], expect=2)
         check(src + expected in out, f"{name}: exit 2 with '{os.path.basename(src)}{expected}'")
-    out = run([jsonl(d, "form.jsonl", [{"question": "x"}]), os.path.join(d, "bad.sft")], expect=2)
+    out = run([jsonl(d, "form.jsonl", [{"question": "x"}]), os.path.join(d, "bad.sft")], expect=2, script=True)
     check(all(f in out for f in ('"completion"', '"messages"', '"conversations"', '"instruction"', '"text"',
                                  '"input_ids"')), "an unknown form lists the forms known")
     weights = os.path.join(d, "tok", "model.safetensors")  # --tokenizer given a file of the model directory

@@ -20,16 +20,13 @@ prompt (the old way) differ from TRL's on some row, and the byte-level "Answer: 
 token " blue"; an answer that ends in the EOS ends in one EOS, not two.
 
 The preparers run in this process (their main(), as scripts/prepare_*.sh runs it, with its arguments and its
-printout), since a new process per run paid the imports again (~1.5 s of CPU each, 16 runs); prepare_preference and
-prepare_sft run the scripts themselves.
+printout: prepare_sft_test.py's run_main), since a new process per run paid the imports again (~1.5 s of CPU each, 16
+runs); prepare_preference and prepare_sft run the scripts themselves once or twice.
 
 Usage: prepare_trl_test.py REPO   (the venv's python: trl, datasets, transformers, tokenizers, numpy)
 Exit: 0 pass; 1 fail; 77 skipped (no trl or datasets in this Python).
 Cost: ~12 s of CPU: trl's import, the tokenizers' training, the 16 preparer runs.
 """
-import contextlib
-import importlib
-import io
 import json
 import logging
 import os
@@ -42,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts", "lib"))
 from prepare_preference_test import read_pairs  # noqa: E402
-from prepare_sft_test import check, jsonl, read_sft  # noqa: E402
+from prepare_sft_test import check, jsonl, read_sft, run_main  # noqa: E402
 
 try:
     import datasets
@@ -135,28 +132,12 @@ def conversations():
     return pairs, implicit, [{"prompt": r["prompt"], "completion": r["chosen"]} for r in pairs]
 
 
-def prepare(module, args):
-    """scripts/lib/MODULE.py's main() with ARGS as its command line, in this process; returns what it printed. A
-    non-zero exit or an exception fails the test, as a non-zero exit or a traceback of the script does."""
-    out, argv = io.StringIO(), sys.argv
-    sys.argv = [module] + args
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            importlib.import_module(module).main()
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            sys.exit(f"FAIL: {module} {' '.join(args)} exited {e.code}\n{out.getvalue()}")
-    finally:
-        sys.argv = argv
-    return out.getvalue()
-
-
 def run_preference(args):
-    return prepare("prepare_preference", args)
+    return run_main("prepare_preference", args)
 
 
 def run_sft(args):
-    return prepare("prepare_sft", args)
+    return run_main("prepare_sft", args)
 
 
 def trl_pairs(tok, data, work):
