@@ -127,10 +127,19 @@ HfConfig configure_from_model_dir(config::Config& cfg) {
   return hf;
 }
 
-void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model,
-                     const std::function<bool(const std::string& ours)>& only) {
+struct HfWeights::Files {
+  std::string dir;
   std::vector<SafeTensorsFile> files;
   std::map<std::string, std::pair<size_t, const TensorInfo*>> where;  // HF name -> (file, entry)
+  std::vector<std::pair<std::string, std::string>> names;            // HF name -> ours, the family's map
+};
+
+HfWeights::~HfWeights() = default;
+
+HfWeights::HfWeights(const std::string& dir, const HfConfig& hf) : files_(std::make_unique<Files>()) {
+  auto& files = files_->files;
+  auto& where = files_->where;
+  files_->dir = dir;
   for (const auto& path : weight_files(dir)) files.push_back(SafeTensorsFile::open(path));
   for (size_t f = 0; f < files.size(); ++f)
     for (const auto& t : files[f].tensors()) {
@@ -139,11 +148,9 @@ void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Modu
                                          files[where[t.name].first].path()));
       where[t.name] = {f, &t};
     }
-  auto params = model.named_parameters();
-  auto buffers = model.named_buffers();  // a LoRA model's frozen base
-  const auto names = tensor_names(*hf.family, hf.num_hidden_layers, hf.tie_word_embeddings);
+  files_->names = tensor_names(*hf.family, hf.num_hidden_layers, hf.tie_word_embeddings);
   std::set<std::string> expected;
-  for (const auto& [name, ours] : names) expected.insert(name);
+  for (const auto& [name, ours] : files_->names) expected.insert(name);
   for (const auto& [name, loc] : where) {
     if (expected.count(name) || ignorable(name)) continue;
     if (name == "lm_head.weight" && hf.tie_word_embeddings) {  // a tied model saved with its alias: the embedding rules
@@ -154,12 +161,17 @@ void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Modu
     throw ModelFileError(fmt::format("{}: unexpected tensor '{}' (not part of a {} with this config.json)",
                                      files[loc.first].path(), name, hf.family->architecture));
   }
+}
+
+void HfWeights::load_into(torch::nn::Module& model, const std::function<bool(const std::string& ours)>& only) const {
+  auto params = model.named_parameters();
+  auto buffers = model.named_buffers();  // a LoRA model's frozen base
   at::NoGradGuard no_grad;
-  for (const auto& [name, ours] : names) {
+  for (const auto& [name, ours] : files_->names) {
     if (only && !only(ours)) continue;
-    auto it = where.find(name);
-    if (it == where.end()) throw ModelFileError(fmt::format("{}: tensor '{}' is missing", dir, name));
-    const SafeTensorsFile& file = files[it->second.first];
+    auto it = files_->where.find(name);
+    if (it == files_->where.end()) throw ModelFileError(fmt::format("{}: tensor '{}' is missing", files_->dir, name));
+    const SafeTensorsFile& file = files_->files[it->second.first];
     const TensorInfo& info = *it->second.second;
     at::Tensor* param = params.find(ours) ? params.find(ours) : buffers.find(ours);
     if (!param) throw std::logic_error(fmt::format("the model has no parameter {} for {}", ours, name));
@@ -169,6 +181,10 @@ void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Modu
     param->copy_(file.view(info));
     file.release(info);
   }
+}
+
+void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model) {
+  HfWeights(dir, hf).load_into(model);
 }
 
 void carry_model_files(const std::string& dir, const std::string& run_dir) {

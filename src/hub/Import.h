@@ -7,6 +7,7 @@
 //   load_hf_weights(cfg.load_parameters_path, hf, *model);  // every tensor, or ModelFileError naming file and tensor
 //   carry_model_files(cfg.load_parameters_path, run_dir);   // tokenizer files, config.json, source.json -> run_dir/hf
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "config/Config.h"
@@ -26,12 +27,28 @@ std::string carried_dir(const std::string& run_dir);  // run_dir + "/hf"
 
 HfConfig configure_from_model_dir(config::Config& cfg);
 
-// Copies every tensor the family's name map lists into `model`'s parameter of that name. Throws ModelFileError for a
-// missing or unexpected tensor, or one whose shape differs from the parameter's (that is, from config.json).
-// `only`, when set, picks the tensors by our name: a model built unit by unit (ZeRO-3, train/ModelBuild.h) reads each
-// unit as it is built, so that the whole model is never held.
-void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model,
-                     const std::function<bool(const std::string& ours)>& only = {});
+// A model directory's weight files, mapped and checked against the family's name map once, then read into a model
+// whole or part by part: a model built unit by unit (ZeRO-3, train/ModelBuild.h) reads each unit as it is built, so
+// that the whole model is never held.
+class HfWeights {
+ public:
+  // ModelFileError for a file that cannot be read, a tensor in two files, or one the family does not name.
+  HfWeights(const std::string& dir, const HfConfig& hf);
+  ~HfWeights();
+  HfWeights(const HfWeights&) = delete;
+  HfWeights& operator=(const HfWeights&) = delete;
+  // Copies the tensors whose name in the model `only` accepts (every one when it is empty) into `model`'s parameter
+  // or buffer of that name. ModelFileError for a missing tensor, or one whose shape differs from the parameter's (that
+  // is, from config.json).
+  void load_into(torch::nn::Module& model, const std::function<bool(const std::string& ours)>& only = {}) const;
+
+ private:
+  struct Files;
+  std::unique_ptr<Files> files_;
+};
+
+// HfWeights(dir, hf).load_into(model): every tensor the family's name map lists.
+void load_hf_weights(const std::string& dir, const HfConfig& hf, torch::nn::Module& model);
 
 // Copies config.json and the tokenizer and generation files present into carried_dir(run_dir), and writes there
 // source.json naming the directory and its weight files.

@@ -41,7 +41,7 @@ WeightSources run_weights(const config::Config& cfg, const std::string& run_dir,
 
 // The base directory of `sources` as load_model_weights reads it: a run's recorded base resolved and checked against
 // its record (ModelFileError naming the file); "" when there is none. For a caller that reads the base by parts
-// (load_hf_weights with a filter), once.
+// (hub::HfWeights, unit by unit), once.
 std::string resolve_base(const WeightSources& sources);
 
 // Reads `sources` into `model`: the base, then the adapter, then the checkpoint. Throws what the readers throw

@@ -1,6 +1,7 @@
 #include "train/ModelBuild.h"
 
 #include <filesystem>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -28,17 +29,17 @@ BuiltModel build_model(const config::Config& cfg, const hub::WeightSources& sour
     return built;
   }
   // The base's directory resolved (and a recorded base checked) once, then each unit read from it as it is built.
-  hub::HfConfig hf;
+  std::optional<hub::HfWeights> base;  // mapped and checked once, read unit by unit
   built.loaded.base = hub::resolve_base(sources);
   if (!built.loaded.base.empty()) {
-    hf = hub::read_hf_config((std::filesystem::path(built.loaded.base) / "config.json").string());
+    const hub::HfConfig hf = hub::read_hf_config((std::filesystem::path(built.loaded.base) / "config.json").string());
     built.loaded.architecture = hf.family->architecture;
+    base.emplace(built.loaded.base, hf);
   }
   auto shards = std::make_unique<distributed::ParameterShards>(
       dp->shared_communicator(), model::count_weights(options).base, options.num_layers + 2, dp->reshard_after_forward());
   built.model = model::Decoder(options, [&](int64_t unit, model::DecoderImpl& m) {
-    if (!built.loaded.base.empty())
-      hub::load_hf_weights(built.loaded.base, hf, m, [&](const std::string& name) { return m.unit_of(name) == unit; });
+    if (base) base->load_into(m, [&](const std::string& name) { return m.unit_of(name) == unit; });
     std::vector<at::Tensor> tensors = m.unit_tensors()[size_t(unit)];
     at::NoGradGuard no_grad;
     for (auto& t : tensors)
