@@ -125,8 +125,7 @@ void read_weights(Prepared& p, const Topology& topology, torch::nn::Module& mode
                                            : read_parameters(v.files.at("model.pt"), dir + "/model.pt", model);
     return;
   }
-  int64_t total = 0;
-  for (const auto& t : topology.params) total += t.numel();
+  const int64_t total = element_count(topology.params);
   const at::ScalarType dtype = topology.weight_pieces.front().scalar_type();
   p.range = v.manifest.model_shards > 0
                 ? read_weight_range(v.files, v.manifest, topology.shard_begin, topology.shard_owned, total, dtype, dir)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <functional>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
@@ -16,12 +17,6 @@
 
 namespace shadowgrad::checkpoint {
 namespace {
-
-int64_t total_elements(const std::vector<at::Tensor>& params) {
-  int64_t n = 0;
-  for (const auto& p : params) n += p.numel();
-  return n;
-}
 
 // Elements [begin, begin + count) of the flat state, put together from the shard files that overlap them.
 FlatOptimizerState gather_from_shards(const std::map<std::string, std::string>& files, const Manifest& manifest,
@@ -65,7 +60,7 @@ bool needed_by(const Topology& topology, const Manifest& manifest, const std::st
   // Shard r of W holds [r * size, (r + 1) * size) with size = ceil(total / W), as ShardPlan cuts them. Were that
   // rule to change, a skipped shard would show up as "the ... shards cover X of the Y elements".
   auto overlaps = [&](int64_t world, auto file_name) {
-    const int64_t total = total_elements(topology.params), size = (total + world - 1) / world;
+    const int64_t total = element_count(topology.params), size = (total + world - 1) / world;
     for (int64_t r = 0; r < world; ++r)
       if (name == file_name(int(r), int(world)))
         return r * size < topology.shard_begin + topology.shard_owned && topology.shard_begin < (r + 1) * size;
@@ -98,24 +93,25 @@ std::vector<FileEntry> save_optimizer_shards(const std::string& tmp_dir, torch::
   // Per rank: written?, then bytes and crc32 of its optimizer shard and (ZeRO-3) of its model shard.
   std::vector<int64_t> mine = {0, 0, 0, 0, 0};
   std::string error;
+  const int64_t total = element_count(topology.params);
+  // Writes one file durably; its bytes and crc32 go to mine[at], mine[at + 1].
+  auto write = [&](const std::string& name, size_t at, const std::function<void(torch::serialize::OutputArchive&)>& fill) {
+    DurableWriter w(tmp_dir + "/" + name);
+    serialize(w, fill);
+    w.commit();
+    mine[at] = w.bytes();
+    mine[at + 1] = int64_t(w.crc32());
+  };
   try {
     FlatOptimizerState slice = flatten(optimizer, 0, topology.shard_owned);
     slice.begin = topology.shard_begin;
-    DurableWriter w(tmp_dir + "/" + shard_file_name(topology.rank, world));
-    serialize(w, [&](auto& archive) { write_flat_state(archive, slice, total_elements(topology.params)); });
-    w.commit();
-    mine = {1, w.bytes(), int64_t(w.crc32()), 0, 0};
-    if (weights) {
-      DurableWriter m(tmp_dir + "/" + weight_shard_file_name(topology.rank, world));
-      serialize(m, [&](auto& archive) {
-        write_weight_shard(archive, topology.weight_pieces, topology.shard_begin, total_elements(topology.params));
+    write(shard_file_name(topology.rank, world), 1, [&](auto& archive) { write_flat_state(archive, slice, total); });
+    if (weights)
+      write(weight_shard_file_name(topology.rank, world), 3, [&](auto& archive) {
+        write_weight_shard(archive, topology.weight_pieces, topology.shard_begin, total);
       });
-      m.commit();
-      mine[3] = m.bytes();
-      mine[4] = int64_t(m.crc32());
-    }
+    mine[0] = 1;
   } catch (const std::exception& e) {
-    mine[0] = 0;
     error = e.what();
   }
   // Every rank learns whether every other one wrote its files, so all give up together or none does.
@@ -154,7 +150,7 @@ void cancel_shards(const std::string& tmp_dir, torch::optim::Optimizer& optimize
 
 void load_optimizer_state(const std::map<std::string, std::string>& files, const Manifest& manifest,
                           torch::optim::Optimizer& optimizer, const Topology& topology, const std::string& dir) {
-  const int64_t total = total_elements(topology.params);
+  const int64_t total = element_count(topology.params);
   optimizer.state().clear();  // replaced, not merged: nothing is left over from a checkpoint that failed to load
   if (manifest.optimizer_shards <= 0) {
     const std::string path = dir + "/optimizer.pt";

@@ -41,13 +41,13 @@ Shard read_shard(const std::string& bytes, const std::string& path) {
   return s;
 }
 
-int64_t numel_of(const std::vector<at::Tensor>& tensors) {
+} // namespace
+
+int64_t element_count(const std::vector<at::Tensor>& tensors) {
   int64_t n = 0;
   for (const auto& t : tensors) n += t.numel();
   return n;
 }
-
-} // namespace
 
 std::string weight_shard_file_name(int rank, int world_size) {
   return fmt::format("model-shard-{:05d}-of-{:05d}.pt", rank, world_size);
@@ -102,7 +102,7 @@ std::vector<at::Tensor> read_sharded_parameters(const std::map<std::string, std:
     if (p.scalar_type() != params.front().scalar_type())
       throw InputError(fmt::format("'{}': model shards hold one dtype; this model's parameters mix {} and {}", dir,
                                    c10::toString(p.scalar_type()), c10::toString(params.front().scalar_type())));
-  const int64_t total = numel_of(params);
+  const int64_t total = element_count(params);
   const at::Tensor flat =
       read_weight_range(files, manifest, 0, total, total, params.empty() ? at::kFloat : params.front().scalar_type(), dir);
   std::vector<at::Tensor> out;

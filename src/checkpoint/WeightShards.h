@@ -31,6 +31,9 @@ class OutputArchive;
 
 namespace shadowgrad::checkpoint {
 
+// The elements of `tensors` together: the length of the flat vector the shard files (weights and optimizer) cut.
+int64_t element_count(const std::vector<at::Tensor>& tensors);
+
 // "model-shard-00001-of-00004.pt"
 std::string weight_shard_file_name(int rank, int world_size);
 // The weight files a verified manifest must list: model.pt, or its model_shards shard files.
